@@ -1,0 +1,311 @@
+"""The schedule IR: every strategy emits one, everything downstream reads one.
+
+A :class:`Schedule` is a collective plus a DAG of :class:`Transfer`\\ s between buffer
+slots, in chunk units (size-agnostic, like MSCCL's ``nchunksperloop``). A transfer
+with ``src == dst`` is a local copy or reduction. ``deps`` are indices of transfers
+that must finish before this one starts: the only ordering there is.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ccweave.collectives import Buffer, Collective, Kind
+from ccweave.errors import InputError
+
+
+class Op(str, enum.Enum):
+    """What a transfer does at its destination slot."""
+
+    COPY = "copy"
+    REDUCE = "reduce"
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """Move ``count`` consecutive chunks from one rank's slot to another's.
+
+    ``op=REDUCE`` adds the data into the destination instead of overwriting it.
+    """
+
+    src: int
+    dst: int
+    src_buffer: Buffer
+    src_index: int
+    dst_buffer: Buffer
+    dst_index: int
+    count: int = 1
+    op: Op = Op.COPY
+    deps: tuple[int, ...] = ()
+    channel: int = 0
+
+    @property
+    def is_local(self) -> bool:
+        return self.src == self.dst
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """A collective algorithm: buffers per rank and the transfers between them.
+
+    Parameters
+    ----------
+    collective: what the schedule implements.
+    transfers: the DAG; ``deps`` index into this tuple.
+    scratch_chunks: size of every rank's scratch buffer, in chunks.
+    in_place: inputs alias outputs (:meth:`Collective.in_place_alias`).
+    name: the strategy and its options, e.g. ``ring(channels=2)``.
+    metadata: free-form facts for people (topology, options, solver gap).
+    """
+
+    collective: Collective
+    transfers: tuple[Transfer, ...]
+    scratch_chunks: int = 0
+    in_place: bool = False
+    name: str = ""
+    metadata: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def num_ranks(self) -> int:
+        return self.collective.num_ranks
+
+    def buffer_chunks(self, buffer: Buffer) -> int:
+        if buffer is Buffer.SCRATCH:
+            return self.scratch_chunks
+        return self.collective.buffer_chunks(buffer)
+
+    @property
+    def num_channels(self) -> int:
+        return 1 + max((t.channel for t in self.transfers), default=0)
+
+    def with_name(self, name: str, **metadata: object) -> Schedule:
+        return replace(self, name=name, metadata={**self.metadata, **metadata})
+
+    # ------------------------------------------------------------ analysis
+
+    def depth(self) -> int:
+        """Transfers on the longest dependency chain ("steps")."""
+        level = [0] * len(self.transfers)
+        for index in topological_order(self.transfers):
+            transfer = self.transfers[index]
+            level[index] = 1 + max((level[d] for d in transfer.deps), default=0)
+        return max(level, default=0)
+
+    def stats(self) -> dict[str, object]:
+        """Counts people ask about first: transfers, steps, chunks moved, channels."""
+        remote = [t for t in self.transfers if not t.is_local]
+        pairs: dict[tuple[int, int], int] = {}
+        for t in remote:
+            pairs[(t.src, t.dst)] = pairs.get((t.src, t.dst), 0) + t.count
+        return {
+            "name": self.name,
+            "collective": self.collective.kind.value,
+            "ranks": self.num_ranks,
+            "chunks_per_rank": self.collective.chunks_per_rank,
+            "transfers": len(self.transfers),
+            "remote_transfers": len(remote),
+            "local_transfers": len(self.transfers) - len(remote),
+            "reductions": sum(t.op is Op.REDUCE for t in self.transfers),
+            "steps": self.depth(),
+            "channels": self.num_channels,
+            "chunks_sent": sum(t.count for t in remote),
+            "rank_pairs": len(pairs),
+            "max_chunks_per_pair": max(pairs.values(), default=0),
+            "scratch_chunks": self.scratch_chunks,
+        }
+
+
+def topological_order(transfers: Sequence[Transfer]) -> list[int]:
+    """Indices in an order where every transfer comes after its deps (Kahn's algorithm).
+
+    Raises ``InputError`` naming a transfer on a dependency cycle or a dangling dep.
+    """
+    count = len(transfers)
+    waiting = [0] * count
+    children: list[list[int]] = [[] for _ in range(count)]
+    for index, transfer in enumerate(transfers):
+        for dep in transfer.deps:
+            if not 0 <= dep < count:
+                raise InputError(f"transfer {index} depends on transfer {dep}, which does not "
+                                 f"exist (the schedule has {count})")
+            children[dep].append(index)
+        waiting[index] = len(transfer.deps)
+    ready = [i for i in range(count) if waiting[i] == 0]
+    order = []
+    while ready:
+        index = ready.pop()
+        order.append(index)
+        for child in children[index]:
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                ready.append(child)
+    if len(order) != count:
+        stuck = next(i for i in range(count) if waiting[i] > 0)
+        raise InputError(f"the dependencies form a cycle: transfer {stuck} can never start "
+                         "(it waits, directly or not, on itself)")
+    return order
+
+
+class ScheduleBuilder:
+    """Accumulates transfers and derives their dependencies from the data they touch.
+
+    ``add`` makes a transfer depend on the last writer of every slot it reads or writes
+    and on every reader of a slot it overwrites, so strategies state only what moves
+    where; the verifier checks the result independently.
+    """
+
+    def __init__(self, collective: Collective, in_place: bool = False) -> None:
+        self.collective = collective
+        self.in_place = in_place
+        self.transfers: list[Transfer] = []
+        self._writer: dict[tuple[int, Buffer, int], int] = {}
+        self._readers: dict[tuple[int, Buffer, int], list[int]] = {}
+        self.scratch_chunks = 0
+
+    def _key(self, rank: int, buffer: Buffer, index: int) -> tuple[int, Buffer, int]:
+        if self.in_place:
+            buffer, index = self.collective.in_place_alias(rank, buffer, index)
+        return rank, buffer, index
+
+    def add(self, src: int, dst: int, src_buffer: Buffer, src_index: int,
+            dst_buffer: Buffer, dst_index: int, count: int = 1, op: Op = Op.COPY,
+            channel: int = 0, after: Iterable[int] = ()) -> int:
+        """Append a transfer and return its index; ``after`` adds explicit deps."""
+        deps = set(after)
+        reads = [self._key(src, src_buffer, src_index + k) for k in range(count)]
+        writes = [self._key(dst, dst_buffer, dst_index + k) for k in range(count)]
+        for key in reads:
+            if key in self._writer:
+                deps.add(self._writer[key])
+        for key in writes:
+            if key in self._writer:
+                deps.add(self._writer[key])
+            deps.update(self._readers.get(key, ()))
+        index = len(self.transfers)
+        deps.discard(index)
+        self.transfers.append(Transfer(src, dst, src_buffer, src_index, dst_buffer, dst_index,
+                                       count, op, tuple(sorted(deps)), channel))
+        for key in reads:
+            self._readers.setdefault(key, []).append(index)
+        for key in writes:
+            self._writer[key] = index
+            self._readers[key] = []
+        if dst_buffer is Buffer.SCRATCH:
+            self.scratch_chunks = max(self.scratch_chunks, dst_index + count)
+        if src_buffer is Buffer.SCRATCH:
+            self.scratch_chunks = max(self.scratch_chunks, src_index + count)
+        return index
+
+    def copy(self, src: int, dst: int, src_slot: tuple[Buffer, int],
+             dst_slot: tuple[Buffer, int], count: int = 1, channel: int = 0,
+             after: Iterable[int] = ()) -> int:
+        return self.add(src, dst, *src_slot, *dst_slot, count=count, op=Op.COPY,
+                        channel=channel, after=after)
+
+    def reduce(self, src: int, dst: int, src_slot: tuple[Buffer, int],
+               dst_slot: tuple[Buffer, int], count: int = 1, channel: int = 0,
+               after: Iterable[int] = ()) -> int:
+        return self.add(src, dst, *src_slot, *dst_slot, count=count, op=Op.REDUCE,
+                        channel=channel, after=after)
+
+    def last_writer(self, rank: int, buffer: Buffer, index: int) -> int | None:
+        return self._writer.get(self._key(rank, buffer, index))
+
+    def build(self, name: str, **metadata: object) -> Schedule:
+        return Schedule(self.collective, tuple(self.transfers), self.scratch_chunks,
+                        self.in_place, name, dict(metadata))
+
+
+# ------------------------------------------------------------------ JSON
+
+FORMAT = "ccweave.schedule"
+VERSION = 1
+_BUFFER_CODE = {Buffer.INPUT: "i", Buffer.OUTPUT: "o", Buffer.SCRATCH: "s"}
+_CODE_BUFFER = {code: buffer for buffer, code in _BUFFER_CODE.items()}
+_OP_CODE = {Op.COPY: "c", Op.REDUCE: "r"}
+_CODE_OP = {code: op for op, code in _OP_CODE.items()}
+
+
+def to_dict(schedule: Schedule) -> dict[str, object]:
+    """A JSON-ready dict; transfers as compact rows
+    ``[src, dst, src_buffer, src_index, dst_buffer, dst_index, count, op, deps, channel]``."""
+    coll = schedule.collective
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "name": schedule.name,
+        "collective": {"kind": coll.kind.value, "ranks": coll.num_ranks,
+                       "chunks_per_rank": coll.chunks_per_rank, "root": coll.root},
+        "in_place": schedule.in_place,
+        "scratch_chunks": schedule.scratch_chunks,
+        "metadata": dict(schedule.metadata),
+        "transfer_fields": ["src", "dst", "src_buffer", "src_index", "dst_buffer", "dst_index",
+                            "count", "op", "deps", "channel"],
+        "transfers": [[t.src, t.dst, _BUFFER_CODE[t.src_buffer], t.src_index,
+                       _BUFFER_CODE[t.dst_buffer], t.dst_index, t.count, _OP_CODE[t.op],
+                       list(t.deps), t.channel] for t in schedule.transfers],
+    }
+
+
+def from_dict(data: object, source: str = "schedule") -> Schedule:
+    """Rebuild a Schedule from :func:`to_dict`'s form; errors name ``source`` and the field."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise InputError(f"{source}: not a ccweave schedule (expected \"format\": "
+                         f"\"{FORMAT}\"); make one with `ccweave synth`")
+    if data.get("version") != VERSION:
+        raise InputError(f"{source}: schedule version {data.get('version')!r} is not "
+                         f"supported (this ccweave reads version {VERSION})")
+    try:
+        coll = data["collective"]
+        collective = Collective(Kind.parse(coll["kind"]), int(coll["ranks"]),
+                                int(coll.get("chunks_per_rank", 1)), int(coll.get("root", 0)))
+        rows = data["transfers"]
+        if not isinstance(rows, list):
+            raise TypeError("transfers must be a list")
+    except (KeyError, TypeError, ValueError) as error:
+        raise InputError(f"{source}: field 'collective' or 'transfers' is malformed "
+                         f"({error}); regenerate the file with `ccweave synth`") from None
+    transfers = []
+    for number, row in enumerate(rows):
+        try:
+            src, dst, sbuf, sidx, dbuf, didx, count, op, deps, channel = row
+            transfers.append(Transfer(_int(src), _int(dst), _CODE_BUFFER[sbuf], _int(sidx),
+                                      _CODE_BUFFER[dbuf], _int(didx), _int(count), _CODE_OP[op],
+                                      tuple(_int(d) for d in deps), _int(channel)))
+        except (KeyError, TypeError, ValueError):
+            raise InputError(f"{source}: transfers[{number}] = {row!r} is malformed; each row "
+                             "is [src, dst, src_buffer i|o|s, src_index, dst_buffer, dst_index, "
+                             "count, op c|r, [deps], channel]") from None
+    scratch = data.get("scratch_chunks", 0)
+    if not isinstance(scratch, int) or scratch < 0:
+        raise InputError(f"{source}: scratch_chunks must be an integer >= 0, got {scratch!r}")
+    metadata = data.get("metadata", {})
+    return Schedule(collective, tuple(transfers), scratch, bool(data.get("in_place", False)),
+                    str(data.get("name", "")), metadata if isinstance(metadata, dict) else {})
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+def save(schedule: Schedule, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(to_dict(schedule), separators=(",", ":")) + "\n")
+
+
+def load(path: str | Path) -> Schedule:
+    """Read a schedule JSON file; a missing or corrupted file is an ``InputError``."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: not valid JSON ({error}); regenerate it with "
+                         "`ccweave synth`") from None
+    return from_dict(data, str(path))
