@@ -1,0 +1,153 @@
+"""Topology files (JSON, see docs/topology-format.md) and the one way to name a topology.
+
+``load("dgx-a100:2")`` takes a zoo name; ``load("my-cluster.json")`` a file. Every error
+names the file and the field, and says what to write instead.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ccweave.errors import TopologyError
+from ccweave.topology import zoo
+from ccweave.topology.model import Link, NodeKind, Topology
+from ccweave.units import GB_PER_S, US
+
+_TOP_FIELDS = {"name", "ranks", "fabric", "links", "groups", "local_bw_GBps", "source",
+               "format", "comment"}
+_LINK_FIELDS = {"src", "dst", "bw_GBps", "alpha_us", "duplex", "kind", "count"}
+
+
+def load(spec: str | Path) -> Topology:
+    """A topology from a zoo name (``ndv2:2``) or a JSON file path; checked for connectivity."""
+    text = str(spec)
+    path = Path(text)
+    if path.suffix.lower() in (".json", ".yaml", ".yml") or path.exists():
+        topology = read(path)
+    else:
+        topology = zoo.get(text)
+    topology.check_connected()
+    return topology
+
+
+def read(path: str | Path) -> Topology:
+    """Read a topology JSON file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise TopologyError(f"{path}: no such topology file (or give a zoo name such as "
+                            "dgx1 or ndv2:2)") from None
+    except IsADirectoryError:
+        raise TopologyError(f"{path}: is a directory, not a topology file") from None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        raise TopologyError(f"{path}: YAML topologies are not supported; write the same "
+                            "fields as JSON (docs/topology-format.md)")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise TopologyError(f"{path}: not valid JSON: {error.msg} at line {error.lineno} "
+                            f"column {error.colno}") from None
+    return from_dict(data, str(path))
+
+
+def from_dict(data: object, source: str = "topology") -> Topology:
+    """Build a Topology from the file format's dict; ``source`` names it in errors."""
+    if not isinstance(data, dict):
+        raise TopologyError(f"{source}: the top level must be an object with fields "
+                            "name, ranks, fabric, links, groups")
+    unknown = set(data) - _TOP_FIELDS
+    if unknown:
+        raise TopologyError(f"{source}: unknown field(s) {sorted(unknown)}; allowed: "
+                            f"{sorted(_TOP_FIELDS - {'format', 'comment'})}")
+    ranks = data.get("ranks")
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise TopologyError(f"{source}: field 'ranks' must be a positive integer (ranks are "
+                            f"0..ranks-1), got {ranks!r}")
+    fabric = data.get("fabric", {})
+    if not isinstance(fabric, dict):
+        raise TopologyError(f"{source}: field 'fabric' must map names to kinds, e.g. "
+                            '{"sw0": "switch"}')
+    kinds = {k.value for k in NodeKind if k is not NodeKind.RANK}
+    for name, kind in fabric.items():
+        if kind not in kinds:
+            raise TopologyError(f"{source}: fabric[{name!r}] = {kind!r}; use one of "
+                                f"{sorted(kinds)}")
+    links_data = data.get("links")
+    if not isinstance(links_data, list) or not links_data:
+        raise TopologyError(f"{source}: field 'links' must be a non-empty list of "
+                            '{"src", "dst", "bw_GBps", "alpha_us"} objects')
+    links: list[Link] = []
+    for number, item in enumerate(links_data):
+        links.extend(_link(item, f"{source}: links[{number}]"))
+    groups = data.get("groups", {})
+    if not isinstance(groups, dict) or not all(
+            isinstance(v, list) and all(isinstance(p, list) for p in v) for v in groups.values()):
+        raise TopologyError(f"{source}: field 'groups' must map a kind to a list of rank "
+                            'lists, e.g. {"node": [[0, 1], [2, 3]]}')
+    local = data.get("local_bw_GBps", 1000.0)
+    if isinstance(local, bool) or not isinstance(local, (int, float)) or local <= 0:
+        raise TopologyError(f"{source}: field 'local_bw_GBps' must be a positive number")
+    name = data.get("name", Path(source).stem)
+    try:
+        return Topology(str(name), ranks, tuple(links), dict(fabric),
+                        {k: tuple(tuple(p) for p in v) for k, v in groups.items()},
+                        float(local) * GB_PER_S, str(data.get("source", source)))
+    except TopologyError as error:
+        raise TopologyError(f"{source}: {error}") from None
+
+
+def _link(item: object, where: str) -> list[Link]:
+    if not isinstance(item, dict):
+        raise TopologyError(f"{where}: each link is an object with src, dst, bw_GBps, alpha_us")
+    unknown = set(item) - _LINK_FIELDS
+    if unknown:
+        raise TopologyError(f"{where}: unknown field(s) {sorted(unknown)}; allowed: "
+                            f"{sorted(_LINK_FIELDS)}")
+    for field in ("src", "dst", "bw_GBps"):
+        if field not in item:
+            raise TopologyError(f"{where}: missing field {field!r}")
+    for field in ("src", "dst"):
+        end = item[field]
+        if isinstance(end, bool) or not isinstance(end, (int, str)):
+            raise TopologyError(f"{where}: field {field!r} must be a rank number or a fabric "
+                                f"node name, got {end!r}")
+    numbers = {}
+    for field, default in (("bw_GBps", None), ("alpha_us", 0.0), ("count", 1)):
+        value = item.get(field, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TopologyError(f"{where}: field {field!r} must be a number, got {value!r}")
+        numbers[field] = value
+    if numbers["bw_GBps"] <= 0 or numbers["alpha_us"] < 0 or numbers["count"] < 1:
+        raise TopologyError(f"{where}: need bw_GBps > 0, alpha_us >= 0 and count >= 1")
+    duplex = item.get("duplex", False)
+    if not isinstance(duplex, bool):
+        raise TopologyError(f"{where}: field 'duplex' must be true or false")
+    bandwidth = numbers["bw_GBps"] * numbers["count"] * GB_PER_S
+    alpha = numbers["alpha_us"] * US
+    kind = str(item.get("kind", ""))
+    src, dst = item["src"], item["dst"]
+    links = [Link(src, dst, bandwidth, alpha, kind)]
+    if duplex:
+        links.append(Link(dst, src, bandwidth, alpha, kind))
+    return links
+
+
+def to_dict(topology: Topology) -> dict[str, object]:
+    """The file format's dict (one entry per directed link; reads back identically)."""
+    return {
+        "name": topology.name,
+        "ranks": topology.num_ranks,
+        "fabric": {name: kind.value for name, kind in topology.fabric.items()},
+        "links": [{"src": lk.src, "dst": lk.dst, "bw_GBps": lk.bandwidth / GB_PER_S,
+                   "alpha_us": lk.alpha / US, **({"kind": lk.kind} if lk.kind else {})}
+                  for lk in topology.links],
+        "groups": {kind: [list(p) for p in parts] for kind, parts in topology.groups.items()},
+        "local_bw_GBps": topology.local_bandwidth / GB_PER_S,
+        "source": topology.source,
+    }
+
+
+def write(topology: Topology, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(to_dict(topology), indent=1) + "\n")
