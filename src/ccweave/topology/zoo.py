@@ -297,8 +297,11 @@ def _at_least(value: int, low: int, name: str) -> None:
 
 def _dims(text: str, name: str, count: tuple[int, ...]) -> tuple[int, ...]:
     if not re.fullmatch(r"\d+(x\d+)*", text) or text.count("x") + 1 not in count:
+        base = name.split(":")[0]
+        if count == (1,):
+            raise TopologyError(f"{name}: expected a whole number after ':', e.g. {base}:8")
         shape = " or ".join("x".join("ABC"[:k]) for k in count)
-        raise TopologyError(f"{name}: expected {shape} (e.g. {name.split(':')[0]}:4x4)")
+        raise TopologyError(f"{name}: expected {shape} after ':', e.g. {base}:4x4")
     return tuple(int(part) for part in text.split("x"))
 
 
