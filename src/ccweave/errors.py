@@ -27,7 +27,7 @@ class VerificationError(CCWeaveError):
 
 
 class SolverError(CCWeaveError):
-    """An optimisation solver failed, timed out without a solution, or found the model infeasible."""
+    """A solver failed, timed out without a solution, or found the model infeasible."""
 
 
 class RuntimeFault(CCWeaveError):

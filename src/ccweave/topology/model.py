@@ -9,6 +9,7 @@ occupies at once, cut-through through fabric nodes, never through a third rank.
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -375,5 +376,5 @@ class _Router:
         target = self.total + dst
         routes = []
         for path in nx.all_shortest_paths(graph, src, target, weight="cost"):
-            routes.append(tuple(graph.edges[a, b]["id"] for a, b in zip(path, path[1:])))
+            routes.append(tuple(graph.edges[a, b]["id"] for a, b in itertools.pairwise(path)))
         return routes

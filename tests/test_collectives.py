@@ -1,0 +1,78 @@
+"""Collective pre/postconditions match NCCL/MSCCL semantics."""
+
+from __future__ import annotations
+
+import pytest
+
+from ccweave.collectives import Buffer, Collective, Kind
+from ccweave.errors import InputError
+
+
+def contributions(coll: Collective, mask: int) -> set[tuple[int, int]]:
+    return {divmod(bit, coll.input_chunks) for bit in range(mask.bit_length()) if mask >> bit & 1}
+
+
+def test_allgather_output_is_every_rank_input_in_rank_order():
+    coll = Collective(Kind.ALLGATHER, 3, 2)
+    assert (coll.input_chunks, coll.output_chunks) == (2, 6)
+    for rank in range(3):
+        got = [contributions(coll, coll.postcondition[(rank, j)]) for j in range(6)]
+        assert got == [{(i, k)} for i in range(3) for k in range(2)]
+
+
+def test_reducescatter_sums_each_rank_segment():
+    coll = Collective(Kind.REDUCESCATTER, 4, 1)
+    assert contributions(coll, coll.postcondition[(2, 0)]) == {(i, 2) for i in range(4)}
+
+
+def test_allreduce_sums_every_chunk_everywhere():
+    coll = Collective(Kind.ALLREDUCE, 3, 1)
+    for rank in range(3):
+        for j in range(3):
+            assert contributions(coll, coll.postcondition[(rank, j)]) == {(i, j) for i in range(3)}
+
+
+def test_alltoall_transposes():
+    coll = Collective(Kind.ALLTOALL, 3, 1)
+    assert contributions(coll, coll.postcondition[(1, 2)]) == {(2, 1)}
+
+
+@pytest.mark.parametrize("kind", [Kind.BROADCAST, Kind.SCATTER])
+def test_rooted_inputs_only_on_root(kind):
+    coll = Collective(kind, 4, 1, root=2)
+    assert {rank for rank, _ in coll.precondition} == {2}
+
+
+@pytest.mark.parametrize("kind", [Kind.REDUCE, Kind.GATHER])
+def test_rooted_outputs_only_on_root(kind):
+    coll = Collective(kind, 4, 1, root=3)
+    assert {rank for rank, _ in coll.postcondition} == {3}
+
+
+def test_busbw_factors_follow_nccl_tests():
+    assert Collective(Kind.ALLREDUCE, 8).busbw_factor == pytest.approx(1.75)
+    assert Collective(Kind.ALLGATHER, 8).busbw_factor == pytest.approx(0.875)
+    assert Collective(Kind.BROADCAST, 8).busbw_factor == 1.0
+
+
+def test_chunk_bytes_is_size_over_total_chunks():
+    for kind in Kind:
+        assert Collective(kind, 4, 2).chunk_bytes(800) == 100
+
+
+def test_in_place_alias_follows_msccl_layout():
+    ag = Collective(Kind.ALLGATHER, 4, 2)
+    assert ag.in_place_alias(3, Buffer.INPUT, 1) == (Buffer.OUTPUT, 7)
+    rs = Collective(Kind.REDUCESCATTER, 4, 2)
+    assert rs.in_place_alias(1, Buffer.OUTPUT, 0) == (Buffer.INPUT, 2)
+    ar = Collective(Kind.ALLREDUCE, 4)
+    assert ar.in_place_alias(0, Buffer.INPUT, 3) == (Buffer.OUTPUT, 3)
+
+
+def test_bad_collectives_are_refused():
+    with pytest.raises(InputError, match="unknown collective 'allsum'"):
+        Kind.parse("allsum")
+    with pytest.raises(InputError, match="root 5 is not a rank"):
+        Collective(Kind.BROADCAST, 4, root=5)
+    assert Kind.parse("reduce-scatter") is Kind.REDUCESCATTER
+    assert Kind.parse("all_gather") is Kind.ALLGATHER
