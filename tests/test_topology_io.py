@@ -58,7 +58,7 @@ def test_bad_files_name_the_field(tmp_path, change, message):
 def test_malformed_json_names_line(tmp_path):
     path = tmp_path / "broken.json"
     path.write_text('{"ranks": 4,\n "links": [}')
-    with pytest.raises(TopologyError, match="not valid JSON.*line 2"):
+    with pytest.raises(TopologyError, match=r"not valid JSON.*line 2"):
         io.load(path)
 
 
