@@ -36,7 +36,7 @@ def require_power_of_two(topology: Topology, strategy: str) -> None:
     if not is_power_of_two(n):
         raise NotApplicableError(
             f"strategy {strategy!r} needs a power-of-two number of ranks; {topology.name!r} "
-            f"has {n} (try ring, direct or double-binary-tree)")
+            f"has {n} (ring and direct take any count)")
 
 
 def require_routes(topology: Topology, pairs: Iterable[tuple[int, int]], strategy: str) -> None:
