@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
+import numpy as np
+
 from ccweave.collectives import Kind
 from ccweave.errors import InputError, NotApplicableError
 from ccweave.topology.model import Topology
@@ -24,6 +26,31 @@ def topology_order(topology: Topology) -> list[int]:
             for rank, (number, _) in topology.group_index(kind).items():
                 keys[rank].append(number)
     return sorted(topology.ranks, key=lambda rank: (*keys[rank], rank))
+
+
+def node_blocks(topology: Topology, order: list[int]) -> list[list[int]]:
+    """``order`` cut into its ``groups["node"]`` (one block when the topology has none)."""
+    if "node" not in topology.groups:
+        return [list(order)]
+    index = topology.group_index("node")
+    blocks: dict[int, list[int]] = {}
+    for rank in order:
+        blocks.setdefault(index[rank][0], []).append(rank)
+    return list(blocks.values())
+
+
+def route_bandwidths(topology: Topology) -> np.ndarray:
+    """``[src, dst]`` -> bottleneck bandwidth of the route (0 without one, inf on the
+    diagonal): what a strategy weighs when it picks which ranks to pair."""
+    n = topology.num_ranks
+    matrix = np.zeros((n, n))
+    for src in range(n):
+        for dst in range(n):
+            if src == dst:
+                matrix[src, dst] = math.inf
+            elif topology.has_route(src, dst):
+                matrix[src, dst] = topology.route_bandwidth(src, dst)
+    return matrix
 
 
 def is_power_of_two(n: int) -> bool:

@@ -5,7 +5,8 @@ one is interior in the other, NCCL's ``ncclGetDtree``: the second tree mirrors t
 first, or shifts it by one for an odd count), each carrying half the data in pipelined
 chunks: a tree edge sends chunk ``k+1`` after chunk ``k``, so chunk ``k``'s broadcast
 overlaps chunk ``k+1``'s reduction. Ranks follow :func:`topology_order`, so in-order
-subtrees stay inside nodes and sockets.
+subtrees stay inside nodes and sockets; where a node's links are uneven (DGX-1) the
+order within nodes is searched so tree edges ride the fast links (:func:`tree_order`).
 
 ``binomial`` is MPI's (MPICH's) binomial tree over ranks relative to the root, moving
 whole blocks: latency-optimal, ``ceil(log2 N)`` steps.
@@ -13,18 +14,24 @@ whole blocks: latency-optimal, ``ceil(log2 N)`` steps.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
+
+import numpy as np
 
 from ccweave.collectives import Buffer, Collective, Kind
+from ccweave.errors import InputError
 from ccweave.schedule import Schedule, ScheduleBuilder
 from ccweave.synth.layout import (
     chunks_for,
+    node_blocks,
     pipeline_chunks,
     reject_options,
     require_kind,
     require_routes,
+    route_bandwidths,
     runs,
     schedule_name,
     topology_order,
@@ -89,11 +96,16 @@ def btree(sequence: Sequence[int]) -> Tree:
                  for p in range(n)})
 
 
+def complement_index(m: int) -> list[int]:
+    """Where the second tree takes each position from: mirrored for an even count,
+    shifted by one for an odd count (NCCL's ``ncclGetDtree``)."""
+    if m % 2 == 0:
+        return list(reversed(range(m)))
+    return [*range(1, m), 0][:m]
+
+
 def _complement(sequence: Sequence[int]) -> list[int]:
-    """The second tree's positions: mirrored for an even count, shifted by one for odd."""
-    if len(sequence) % 2 == 0:
-        return list(reversed(sequence))
-    return [*sequence[1:], *sequence[:1]]
+    return [sequence[i] for i in complement_index(len(sequence))]
 
 
 def double_binary_tree(order: Sequence[int], root: int | None = None) -> tuple[Tree, Tree]:
@@ -106,6 +118,72 @@ def double_binary_tree(order: Sequence[int], root: int | None = None) -> tuple[T
         return btree(order), btree(_complement(order))
     others = [rank for rank in order if rank != root]
     return btree([root, *others]), btree([root, *_complement(others)])
+
+
+SEARCH_LIMIT = 8
+"""Rank orders are searched exhaustively over node-local permutations up to this many
+ranks per node (8! = 40320 candidates, scored at once with numpy)."""
+ORDERS = ("auto", "topology", "rank")
+
+
+@cache
+def _permutations(g: int) -> np.ndarray:
+    return np.array(list(itertools.permutations(range(g))), dtype=np.intp)
+
+
+def _tree_positions(candidates: np.ndarray, root: int | None) -> list[np.ndarray]:
+    """For each candidate order (rows), the ranks at the positions of the two trees."""
+    if root is None:
+        return [candidates, candidates[:, complement_index(candidates.shape[1])]]
+    count = candidates.shape[0]
+    others = candidates[candidates != root].reshape(count, -1)
+    top = np.full((count, 1), root)
+    return [np.hstack([top, others]),
+            np.hstack([top, others[:, complement_index(others.shape[1])]])]
+
+
+def tree_order(topology: Topology, root: int | None = None, order: str = "auto") -> list[int]:
+    """The rank order the double binary tree is laid over.
+
+    ``topology``: :func:`topology_order` (nodes, then sockets); ``rank``: ``0..N-1``;
+    ``auto``: where a node's ranks are joined unevenly (DGX-1's hybrid cube mesh, a
+    host-staged path) and a node holds at most :data:`SEARCH_LIMIT` ranks, the
+    permutation of each node's ranks (the same in every node) whose tree edges have
+    routes, then the fastest slowest intra-node edge, then the least summed ``1/bw``.
+    """
+    if order not in ORDERS:
+        raise InputError(f"double-binary-tree: order {order!r} is not one of "
+                         + ", ".join(ORDERS))
+    if order == "rank":
+        return list(topology.ranks)
+    base = topology_order(topology)
+    blocks = node_blocks(topology, base)
+    g = len(blocks[0])
+    if order == "topology" or g > SEARCH_LIMIT or any(len(b) != g for b in blocks):
+        return base
+    bandwidth = route_bandwidths(topology)
+    inside = np.zeros_like(bandwidth, dtype=bool)
+    for block in blocks:
+        inside[np.ix_(block, block)] = True
+    np.fill_diagonal(inside, False)
+    if len(set(bandwidth[inside].tolist())) <= 1:
+        return base  # every order is as good
+    perms = _permutations(g)
+    candidates = np.hstack([np.asarray(block)[perms] for block in blocks])
+    n = topology.num_ranks
+    child = np.arange(1, n)
+    parent = np.array([btree_parent(p, n) for p in child], dtype=np.intp)
+    ends = [(seq[:, child], seq[:, parent]) for seq in _tree_positions(candidates, root)]
+    a = np.hstack([e[0] for e in ends])
+    b = np.hstack([e[1] for e in ends])
+    width = np.minimum(bandwidth[a, b], bandwidth[b, a])
+    routed = (width > 0).all(axis=1)
+    slowest = np.where(inside[a, b], width, np.inf).min(axis=1)
+    with np.errstate(divide="ignore"):
+        cost = (1 / width).sum(axis=1)
+    cost = np.round(cost / cost.min(), 9) if np.isfinite(cost.min()) else cost
+    best = np.lexsort((cost, -slowest, ~routed))[0]
+    return candidates[best].tolist()
 
 
 class _Edges:
@@ -174,16 +252,19 @@ def build_double_binary_tree(topology: Topology, kind: Kind, *, root: int = 0,
     """Double-binary-tree schedule of ``kind`` (allreduce, broadcast, reduce).
 
     ``chunks`` (per rank) defaults to enough for :data:`CHUNKS_PER_TREE` pipeline
-    steps per tree. Raises ``NotApplicableError`` when a tree edge has no route.
+    steps per tree; option ``order`` (``auto``, ``topology``, ``rank``) picks the rank
+    order the trees are laid over (:func:`tree_order`). Raises ``NotApplicableError``
+    when a tree edge has no route.
     """
     kind = Kind.parse(kind)
     require_kind(kind, TREE_KINDS, "double-binary-tree")
-    reject_options(options, "double-binary-tree")
+    reject_options(options, "double-binary-tree", ["order"])
+    order = str(options.get("order", "auto"))
     n = topology.num_ranks
     c = chunks_for(chunks, pipeline_chunks(n, CHUNKS_PER_TREE, parts=2))
     coll = Collective(kind, n, c, root)
-    trees = double_binary_tree(topology_order(topology),
-                               None if kind is Kind.ALLREDUCE else coll.root)
+    top = None if kind is Kind.ALLREDUCE else coll.root
+    trees = double_binary_tree(tree_order(topology, top, order), top)
     edges = {edge for tree in trees for edge in tree.edges()}
     if kind is not Kind.BROADCAST:
         require_routes(topology, sorted((kid, up) for up, kid in edges), "double-binary-tree")
@@ -200,7 +281,9 @@ def build_double_binary_tree(topology: Topology, kind: Kind, *, root: int = 0,
                 _reduce_up(b, tree, number, k, fifo)
                 if kind is Kind.ALLREDUCE:
                     _broadcast_down(b, tree, number, k, fifo, (OUT, k))
-    return b.build(schedule_name("double-binary-tree", chunks=c), topology=topology.name,
+    shown = None if order == "auto" else order
+    return b.build(schedule_name("double-binary-tree", chunks=c, order=shown),
+                   topology=topology.name,
                    trees=[[t.parent[r] for r in range(n)] for t in trees])
 
 
