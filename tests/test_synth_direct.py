@@ -62,6 +62,13 @@ def test_pairwise_verifies(machine: str) -> None:
         assert schedule.name == f"pairwise(chunks={chunks})"
 
 
+def test_direct_every_root() -> None:
+    topology = zoo.get("dgx1")
+    for root in topology.ranks:
+        for kind in (Kind.BROADCAST, Kind.REDUCE, Kind.GATHER, Kind.SCATTER):
+            verify(build_direct(topology, kind, root=root, chunks=2), topology)
+
+
 def test_pairwise_rounds_follow_each_other() -> None:
     """A rank's round k+1 send waits for its own round-k send and receive."""
     n = 6
@@ -108,8 +115,10 @@ def test_unknown_options_are_input_errors() -> None:
 def test_front_door_builds_direct() -> None:
     pytest.importorskip("ccweave.synth.ring")
     pytest.importorskip("ccweave.synth.hierarchical")
-    from ccweave.synth import synthesize
+    from ccweave.synth import strategies, synthesize
 
+    assert strategies()["direct"].collectives == frozenset(Kind)
+    assert strategies()["pairwise"].collectives == {Kind.ALLTOALL}
     topology = zoo.get("switch:4")
     schedule = synthesize(topology, "reducescatter", "direct", chunks=2)
     verify(schedule, topology)

@@ -142,8 +142,10 @@ def test_recursive_on_random_machines(topology: Topology, case, chunks: int) -> 
 def test_front_door_builds_recursive() -> None:
     pytest.importorskip("ccweave.synth.ring")
     pytest.importorskip("ccweave.synth.hierarchical")
-    from ccweave.synth import synthesize
+    from ccweave.synth import strategies, synthesize
 
+    for name, (_, kinds) in BUILDS.items():
+        assert strategies()[name].collectives == frozenset(kinds)
     topology = zoo.get("hypercube:3")
     verify(synthesize(topology, "allreduce", "rabenseifner", chunks=2), topology)
     verify(synthesize(topology, "reducescatter", "recursive-halving"), topology)

@@ -236,6 +236,16 @@ def test_binomial_verifies_on_the_zoo(machine: str, kind: Kind) -> None:
             assert schedule.name == f"binomial(chunks={chunks})"
 
 
+@pytest.mark.parametrize("machine", ["dgx1", "switch:5"])
+def test_every_root(machine: str) -> None:
+    topology = zoo.get(machine)
+    for root in topology.ranks:
+        for kind in BINOMIAL_KINDS:
+            verify(build_binomial(topology, kind, root=root, chunks=2), topology)
+        for kind in (Kind.BROADCAST, Kind.REDUCE):
+            verify(build_double_binary_tree(topology, kind, root=root, chunks=2), topology)
+
+
 @pytest.mark.parametrize("n", [2, 5, 8, 13])
 def test_binomial_takes_log_steps(n: int) -> None:
     steps = (n - 1).bit_length()
@@ -290,8 +300,10 @@ def test_broadcast_crossovers() -> None:
 def test_front_door_builds_trees() -> None:
     pytest.importorskip("ccweave.synth.ring")
     pytest.importorskip("ccweave.synth.hierarchical")
-    from ccweave.synth import synthesize
+    from ccweave.synth import strategies, synthesize
 
+    assert strategies()["double-binary-tree"].collectives == TREE_KINDS
+    assert strategies()["binomial"].collectives == frozenset(BINOMIAL_KINDS)
     topology = zoo.get("dgx1")
     verify(synthesize(topology, "allreduce", "double-binary-tree", chunks=2), topology)
     verify(synthesize(topology, "scatter", "binomial", root=3), topology)
