@@ -169,8 +169,18 @@ def tree_order(topology: Topology, root: int | None = None, order: str = "auto")
     if len(set(bandwidth[inside].tolist())) <= 1:
         return base  # every order is as good
     perms = _permutations(g)
-    candidates = np.hstack([np.asarray(block)[perms] for block in blocks])
-    n = topology.num_ranks
+    keys = [_score(np.hstack([np.asarray(block)[part] for block in blocks]), root, bandwidth,
+                   inside) for part in np.array_split(perms, max(1, len(perms) // 4096))]
+    routed, slowest, cost = (np.concatenate(column) for column in zip(*keys))
+    best = perms[np.lexsort((cost, -slowest, ~routed))[0]]
+    return [rank for block in blocks for rank in np.asarray(block)[best].tolist()]
+
+
+def _score(candidates: np.ndarray, root: int | None, bandwidth: np.ndarray,
+           inside: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per candidate order: whether every tree edge is routed both ways, the slowest
+    intra-node edge, and the summed ``1/bw`` of all edges (quantised so ties stay ties)."""
+    n = candidates.shape[1]
     child = np.arange(1, n)
     parent = np.array([btree_parent(p, n) for p in child], dtype=np.intp)
     ends = [(seq[:, child], seq[:, parent]) for seq in _tree_positions(candidates, root)]
@@ -179,11 +189,10 @@ def tree_order(topology: Topology, root: int | None = None, order: str = "auto")
     width = np.minimum(bandwidth[a, b], bandwidth[b, a])
     routed = (width > 0).all(axis=1)
     slowest = np.where(inside[a, b], width, np.inf).min(axis=1)
+    unit = 1 / bandwidth[np.isfinite(bandwidth)].max()
     with np.errstate(divide="ignore"):
-        cost = (1 / width).sum(axis=1)
-    cost = np.round(cost / cost.min(), 9) if np.isfinite(cost.min()) else cost
-    best = np.lexsort((cost, -slowest, ~routed))[0]
-    return candidates[best].tolist()
+        cost = np.round((1 / width).sum(axis=1) / unit, 6)
+    return routed, slowest, cost
 
 
 class _Edges:
