@@ -8,8 +8,9 @@ from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import InputError
 
 
-def contributions(coll: Collective, mask: int) -> set[tuple[int, int]]:
-    return {divmod(bit, coll.input_chunks) for bit in range(mask.bit_length()) if mask >> bit & 1}
+def contributions(coll: Collective, value: int) -> set[tuple[int, int]]:
+    ranks, index = coll.unpack(value)
+    return {(rank, index) for rank in range(coll.num_ranks) if ranks >> rank & 1}
 
 
 def test_allgather_output_is_every_rank_input_in_rank_order():
@@ -76,3 +77,11 @@ def test_bad_collectives_are_refused():
         Collective(Kind.BROADCAST, 4, root=5)
     assert Kind.parse("reduce-scatter") is Kind.REDUCESCATTER
     assert Kind.parse("all_gather") is Kind.ALLGATHER
+
+
+def test_packed_sets_stay_narrow_for_wide_reductions():
+    coll = Collective(Kind.ALLREDUCE, 256, 2)
+    assert coll.postcondition[(255, 511)].bit_length() <= 256 + coll.index_bits
+    a, b = coll.contribution(3, 7), coll.contribution(5, 7)
+    assert contributions(coll, a | b) == {(3, 7), (5, 7)}
+    assert (a & b) >> coll.index_bits == 0

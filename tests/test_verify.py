@@ -307,6 +307,15 @@ def test_duplicate_contribution():
                                "be counted twice")
 
 
+def test_reducing_a_different_chunk_index_is_named():
+    schedule = _reduce_to_root(Transfer(0, 0, IN, 0, OUT, 0, count=2),
+                               Transfer(1, 0, IN, 1, OUT, 0, 1, Op.REDUCE, deps=(0,)))
+    problem = first(schedule)
+    assert problem.kind is ProblemKind.MIXED_CHUNKS
+    assert (problem.transfer, problem.rank, problem.index) == (1, 0, 0)
+    assert "adding input chunk 1 to input chunk 0" in problem.message
+
+
 def test_reduce_into_undefined():
     schedule = _reduce_to_root(Transfer(1, 0, IN, 0, OUT, 0, 2, Op.REDUCE))
     problem = first(schedule)
@@ -398,8 +407,8 @@ def test_problems_stop_at_the_limit():
 
 
 def test_long_contribution_sets_are_abbreviated():
-    column = sum(1 << (rank * 256 + 3) for rank in range(256))  # allreduce slot 3, 256 ranks
-    text = format_contributions(column, 256)
+    coll = Collective(Kind.ALLREDUCE, 256)
+    text = format_contributions(coll.postcondition[(0, 3)], coll.index_bits)
     assert text == "{(0, 3), (1, 3), (2, 3), (3, 3), (4, 3), (5, 3), ... 256 in all}"
 
 

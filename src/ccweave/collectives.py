@@ -5,10 +5,12 @@ output of allgather/gather, the input of reduce-scatter/scatter/alltoall, the bu
 of allreduce/broadcast/reduce) holds ``num_ranks * chunks_per_rank`` chunks, so one
 chunk is ``size / (num_ranks * chunks_per_rank)`` bytes for every collective.
 
-Input chunk ``i`` of rank ``r`` is the *contribution* ``r * input_chunks + i``; an output
-slot's postcondition is the set of contributions it must hold (one for data movement,
-one per rank for reductions). Sets are Python ints used as bit masks: union is ``|``,
-a contribution reduced twice shows as ``a & b != 0``.
+Input chunk ``i`` of rank ``r`` is a *contribution*; an output slot's postcondition is
+the set of contributions it must hold (one for data movement, one per rank for
+reductions). Every slot of every collective needs contributions of a single input index,
+so a set is packed into one int: ``(ranks_mask << index_bits) | index``. Sets of one
+index unite with ``|``; a contribution reduced twice shows as ``(a & b) >> index_bits``;
+values stay N + log2(chunks) bits wide even for reductions on many ranks.
 """
 
 from __future__ import annotations
@@ -138,9 +140,22 @@ class Collective:
 
     # ----------------------------------------------------- pre/postcondition
 
+    @cached_property
+    def index_bits(self) -> int:
+        """Low bits of a packed contribution set that hold the input index."""
+        return max(1, (self.input_chunks - 1).bit_length())
+
+    def pack(self, ranks_mask: int, index: int) -> int:
+        """The set {(r, index) for r in ranks_mask} as one int."""
+        return (ranks_mask << self.index_bits) | index
+
+    def unpack(self, value: int) -> tuple[int, int]:
+        """(ranks mask, input index) of a packed contribution set."""
+        return value >> self.index_bits, value & ((1 << self.index_bits) - 1)
+
     def contribution(self, rank: int, index: int) -> int:
-        """The id of input chunk ``index`` of ``rank``."""
-        return rank * self.input_chunks + index
+        """The packed one-element set {input chunk ``index`` of ``rank``}; unique per chunk."""
+        return self.pack(1 << rank, index)
 
     def has_input(self, rank: int) -> bool:
         return self.kind not in (Kind.BROADCAST, Kind.SCATTER) or rank == self.root
@@ -150,36 +165,34 @@ class Collective:
 
     @cached_property
     def precondition(self) -> dict[tuple[int, int], int]:
-        """(rank, input index) -> contribution bit mask, for every defined input chunk."""
-        return {(rank, i): 1 << self.contribution(rank, i)
+        """(rank, input index) -> packed contribution, for every defined input chunk."""
+        return {(rank, i): self.contribution(rank, i)
                 for rank in range(self.num_ranks) if self.has_input(rank)
                 for i in range(self.input_chunks)}
 
     @cached_property
     def postcondition(self) -> dict[tuple[int, int], int]:
-        """(rank, output index) -> the contributions (bit mask) that slot must hold."""
-        n, c, kind = self.num_ranks, self.chunks_per_rank, self.kind
-        bit = self.contribution
-        # the same input index on every rank: bits 0, I, 2I, ... (I = input_chunks)
-        column = sum(1 << (i * self.input_chunks) for i in range(n))
+        """(rank, output index) -> the packed contributions that slot must hold."""
+        n, c, kind, pack = self.num_ranks, self.chunks_per_rank, self.kind, self.pack
+        every = (1 << n) - 1
         post: dict[tuple[int, int], int] = {}
         for rank in range(n):
             if not self.has_output(rank):
                 continue
             for j in range(self.output_chunks):
                 if kind in (Kind.ALLGATHER, Kind.GATHER):
-                    mask = 1 << bit(j // c, j % c)
+                    value = pack(1 << (j // c), j % c)
                 elif kind is Kind.REDUCESCATTER:
-                    mask = column << (rank * c + j)
+                    value = pack(every, rank * c + j)
                 elif kind in (Kind.ALLREDUCE, Kind.REDUCE):
-                    mask = column << j
+                    value = pack(every, j)
                 elif kind is Kind.ALLTOALL:
-                    mask = 1 << bit(j // c, rank * c + j % c)
+                    value = pack(1 << (j // c), rank * c + j % c)
                 elif kind is Kind.BROADCAST:
-                    mask = 1 << bit(self.root, j)
+                    value = pack(1 << self.root, j)
                 else:  # SCATTER
-                    mask = 1 << bit(self.root, rank * c + j)
-                post[(rank, j)] = mask
+                    value = pack(1 << self.root, rank * c + j)
+                post[(rank, j)] = value
         return post
 
     def in_place_alias(self, rank: int, buffer: Buffer, index: int) -> tuple[Buffer, int]:

@@ -1,6 +1,6 @@
 """Symbolic proof that a schedule implements its collective.
 
-The transfers run on contribution sets (bit masks, see :mod:`ccweave.collectives`) in a
+The transfers run on contribution sets (packed ints, see :mod:`ccweave.collectives`) in a
 dependency order; besides the postcondition, every access must be ordered by the deps
 alone, so a schedule that is right only under one lucky interleaving is a race, and the
 verifier names it (like msccl-tools' ``Check()``, plus races and double counting).
@@ -37,6 +37,7 @@ class ProblemKind(str, enum.Enum):
     RACE_READ = "race_read"
     RACE_WRITE = "race_write"
     DUPLICATE_CONTRIBUTION = "duplicate_contribution"
+    MIXED_CHUNKS = "mixed_chunks"
     REDUCE_INTO_UNDEFINED = "reduce_into_undefined"
     WRONG_OUTPUT = "wrong_output"
     MISSING_OUTPUT = "missing_output"
@@ -158,16 +159,18 @@ def _slot(rank: int, buffer: Buffer, index: int) -> str:
     return f"{Buffer(buffer).value} slot {index} of rank {rank}"
 
 
-def format_contributions(mask: int, input_chunks: int, limit: int = 6) -> str:
-    """A contribution mask as ``{(rank, input index), ...}``, abbreviated past ``limit``."""
+def format_contributions(value: int, index_bits: int, limit: int = 6) -> str:
+    """A packed contribution set as ``{(rank, input index), ...}``, abbreviated past
+    ``limit``."""
+    index = value & ((1 << index_bits) - 1)
+    ranks = value >> index_bits
     pairs = []
-    rest = mask
+    rest = ranks
     while rest and len(pairs) < limit:
         low = rest & -rest
-        bit = low.bit_length() - 1
-        pairs.append(f"({bit // input_chunks}, {bit % input_chunks})")
+        pairs.append(f"({low.bit_length() - 1}, {index})")
         rest ^= low
-    total = mask.bit_count()
+    total = ranks.bit_count()
     tail = f", ... {total} in all" if total > len(pairs) else ""
     return "{" + ", ".join(pairs) + tail + "}"
 
@@ -431,11 +434,18 @@ class _Run:
     def _reduce(self, index: int, t: Transfer, k: int, slot: int, mask: int) -> None:
         """Add ``mask`` into the slot: it must hold data, and none of ``mask`` yet."""
         old = self.value[slot]
+        bits = self.coll.index_bits
+        low = (1 << bits) - 1
         if mask and not old:
             self._problem(ProblemKind.REDUCE_INTO_UNDEFINED, index, t, k, True,
                           "which holds no data yet; copy into it first")
-        elif old & mask:
-            twice = format_contributions(old & mask, self.coll.input_chunks)
+        elif mask and (old ^ mask) & low:
+            self._problem(ProblemKind.MIXED_CHUNKS, index, t, k, True,
+                          f"adding input chunk {mask & low} to input chunk {old & low}; a "
+                          "reduction sums one chunk index across ranks")
+            return
+        elif (old & mask) >> bits:
+            twice = format_contributions(old & mask, bits)
             self._problem(ProblemKind.DUPLICATE_CONTRIBUTION, index, t, k, True,
                           f"which already holds contributions {twice}; they would be "
                           "counted twice")
@@ -466,7 +476,7 @@ class _Run:
 
     def _bad_output(self, rank: int, j: int, slot: int, need: int) -> None:
         got, writer = self.value[slot], self.writer[slot]
-        chunks = self.coll.input_chunks
+        chunks = self.coll.index_bits
         where = f"output slot {j} of rank {rank}"
         needs = f"{self.coll.kind.value} needs {format_contributions(need, chunks)}"
         culprit = None if writer == _INITIAL else writer
@@ -476,10 +486,22 @@ class _Run:
             self.report.add(ProblemKind.MISSING_OUTPUT, f"{where} {last}, but {needs}",
                             culprit, rank, Buffer.OUTPUT, j)
             return
-        diff = "; ".join(f"{label} {format_contributions(mask, chunks)}"
-                         for label, mask in (("missing", need & ~got), ("extra", got & ~need))
-                         if mask)
+        diff = _difference(need, got, chunks)
         self.report.add(ProblemKind.WRONG_OUTPUT,
                         f"{where} holds contributions {format_contributions(got, chunks)} but "
                         f"{needs} ({diff}); last written by {_name(writer, self.transfers)}",
                         culprit, rank, Buffer.OUTPUT, j)
+
+
+def _difference(need: int, got: int, index_bits: int) -> str:
+    """What a slot lacks and has too many of, as people read it."""
+    low = (1 << index_bits) - 1
+    if (need ^ got) & low:
+        return f"input chunk {got & low} instead of {need & low}"
+    parts = []
+    for label, ranks in (("missing", (need & ~got) >> index_bits),
+                         ("extra", (got & ~need) >> index_bits)):
+        if ranks:
+            value = (ranks << index_bits) | (need & low)
+            parts.append(f"{label} {format_contributions(value, index_bits)}")
+    return "; ".join(parts)
