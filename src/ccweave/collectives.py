@@ -122,7 +122,7 @@ class Collective:
         return self.total_chunks if _SHAPES[self.kind][1] else self.chunks_per_rank
 
     def buffer_chunks(self, buffer: Buffer) -> int:
-        return self.input_chunks if buffer is Buffer.INPUT else self.output_chunks
+        return self.input_chunks if buffer == Buffer.INPUT else self.output_chunks
 
     def chunk_bytes(self, size_bytes: float) -> float:
         """Bytes in one chunk when the size buffer holds ``size_bytes``."""

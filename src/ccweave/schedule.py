@@ -74,7 +74,7 @@ class Schedule:
         return self.collective.num_ranks
 
     def buffer_chunks(self, buffer: Buffer) -> int:
-        if buffer is Buffer.SCRATCH:
+        if buffer == Buffer.SCRATCH:
             return self.scratch_chunks
         return self.collective.buffer_chunks(buffer)
 
