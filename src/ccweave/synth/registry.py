@@ -39,6 +39,8 @@ class Strategy:
     description: str
     classic: bool = True
     """Classic strategies (ring, trees, ...) are the baselines new ones are compared with."""
+    slow: bool = False
+    """Slow strategies (solvers) run in ``compare`` only when named."""
 
 
 _REGISTRY: dict[str, Strategy] = {}
@@ -46,13 +48,14 @@ _loaded = False
 
 
 def register(name: str, collectives: set[Kind] | frozenset[Kind], description: str,
-             classic: bool = True) -> Callable[[Build], Build]:
+             classic: bool = True, slow: bool = False) -> Callable[[Build], Build]:
     """Decorator: register ``build`` as strategy ``name`` for ``collectives``."""
 
     def decorate(build: Build) -> Build:
         if name in _REGISTRY and _REGISTRY[name].build is not build:
             raise ValueError(f"strategy {name!r} is registered twice")
-        _REGISTRY[name] = Strategy(name, frozenset(collectives), build, description, classic)
+        _REGISTRY[name] = Strategy(name, frozenset(collectives), build, description, classic,
+                                   slow)
         return build
 
     return decorate

@@ -1,0 +1,119 @@
+"""A Plan: which schedule to use for which message size (NCCL's tuner, MSCCL's
+``minBytes``/``maxBytes``).
+
+Entries cover ``[min_bytes, max_bytes)`` ranges without gaps from 0 to infinity
+(``max_bytes=None`` for the last one); ``schedule_for(size)`` picks one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ccweave import schedule as schedule_io
+from ccweave.collectives import Collective
+from ccweave.errors import InputError
+from ccweave.schedule import Schedule
+
+FORMAT = "ccweave.plan"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    """Use ``schedule`` for sizes in ``[min_bytes, max_bytes)`` (``None``: no upper end)."""
+
+    min_bytes: int
+    max_bytes: int | None
+    schedule: Schedule
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Size ranges, in increasing order, each with the schedule to use."""
+
+    entries: tuple[PlanEntry, ...]
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.entries:
+            raise InputError("a plan needs at least one entry")
+        first = self.entries[0].schedule.collective
+        expected_min = 0
+        for number, entry in enumerate(self.entries):
+            coll = entry.schedule.collective
+            if (coll.kind, coll.num_ranks, coll.root) != (first.kind, first.num_ranks,
+                                                          first.root):
+                raise InputError(f"plan entry {number}: {coll.describe()} differs from entry "
+                                 f"0's {first.describe()}; a plan serves one collective")
+            if entry.min_bytes != expected_min:
+                raise InputError(f"plan entry {number}: starts at {entry.min_bytes} bytes, "
+                                 f"expected {expected_min} (ranges must be contiguous)")
+            last = number == len(self.entries) - 1
+            if (entry.max_bytes is None) != last:
+                raise InputError(f"plan entry {number}: only the last entry may be open-ended")
+            if entry.max_bytes is not None and entry.max_bytes <= entry.min_bytes:
+                raise InputError(f"plan entry {number}: max_bytes must exceed min_bytes")
+            expected_min = entry.max_bytes or 0
+
+    @property
+    def collective(self) -> Collective:
+        return self.entries[0].schedule.collective
+
+    def schedule_for(self, size_bytes: int) -> Schedule:
+        for entry in self.entries:
+            if entry.max_bytes is None or size_bytes < entry.max_bytes:
+                return entry.schedule
+        raise AssertionError("unreachable: the last entry is open-ended")
+
+    @classmethod
+    def single(cls, schedule: Schedule) -> Plan:
+        """A plan that uses one schedule for every size."""
+        return cls((PlanEntry(0, None, schedule),), schedule.name)
+
+
+def to_dict(plan: Plan) -> dict[str, object]:
+    return {"format": FORMAT, "version": VERSION, "name": plan.name,
+            "entries": [{"min_bytes": e.min_bytes, "max_bytes": e.max_bytes,
+                         "schedule": schedule_io.to_dict(e.schedule)} for e in plan.entries]}
+
+
+def from_dict(data: object, source: str = "plan") -> Plan:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise InputError(f"{source}: not a ccweave plan (expected \"format\": \"{FORMAT}\"); "
+                         "make one with `ccweave synth ... --strategy auto`")
+    entries = data.get("entries")
+    if not isinstance(entries, list):
+        raise InputError(f"{source}: field 'entries' must be a list")
+    parsed = []
+    for number, entry in enumerate(entries):
+        if not isinstance(entry, dict) or "schedule" not in entry:
+            raise InputError(f"{source}: entries[{number}] needs min_bytes, max_bytes, schedule")
+        parsed.append(PlanEntry(int(entry.get("min_bytes", 0)),
+                                None if entry.get("max_bytes") is None
+                                else int(entry["max_bytes"]),
+                                schedule_io.from_dict(entry["schedule"],
+                                                      f"{source}: entries[{number}]")))
+    try:
+        return Plan(tuple(parsed), str(data.get("name", "")))
+    except InputError as error:
+        raise InputError(f"{source}: {error}") from None
+
+
+def save(plan: Plan, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(to_dict(plan), separators=(",", ":")) + "\n")
+
+
+def load(path: str | Path) -> Plan:
+    """A plan file, or a single schedule file (used for every size)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: not valid JSON ({error})") from None
+    if isinstance(data, dict) and data.get("format") == schedule_io.FORMAT:
+        return Plan.single(schedule_io.from_dict(data, str(path)))
+    return from_dict(data, str(path))
