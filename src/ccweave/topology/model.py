@@ -249,7 +249,7 @@ class Topology:
         return float(sum(self.links[i].alpha for i in self.route(src, dst)))
 
     def route_bandwidth(self, src: int, dst: int) -> float:
-        """The bottleneck bandwidth of the cheapest route (``inf`` for ``src == dst``)."""
+        """Bottleneck bandwidth of the cheapest route (``local_bandwidth`` if src == dst)."""
         if src == dst:
             return self.local_bandwidth
         return float(min(self.links[i].bandwidth for i in self.route(src, dst)))
