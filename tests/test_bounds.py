@@ -338,8 +338,11 @@ def test_single_rank_needs_no_time():
 
 def test_disconnected_topology_names_the_ranks():
     links = [*duplex(0, 1, 10), Link(1, 2, 10 * GB)]
-    with pytest.raises(TopologyError, match=r"rank 2 cannot reach rank\(s\) \[0, 1\]"):
+    with pytest.raises(TopologyError, match=r"rank\(s\) \[2\] cannot reach rank 0"):
         lower_bound(Topology("split", 3, tuple(links)), "allgather", M)
+    links = [*duplex(0, 1, 10), Link(3, 2, 10 * GB), Link(2, 3, 10 * GB)]
+    with pytest.raises(TopologyError, match=r"rank 0 cannot reach rank\(s\) \[2, 3\]"):
+        allgather_cut(Topology("halves", 4, tuple(links)))
 
 
 def test_dead_end_fabric_is_not_a_disconnection():

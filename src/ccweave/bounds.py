@@ -271,7 +271,7 @@ def check_ranks_connected(topology: Topology) -> None:
 
     Unlike ``Topology.check_connected`` this ignores fabric nodes that lead nowhere.
     """
-    _alpha_distances(topology)
+    _cached(topology, "connected", lambda: _check_connected(topology))
 
 
 # -------------------------------------------------------------------- dispatching
@@ -829,26 +829,38 @@ def _alltoall_cuts(graph: _Graph) -> tuple[float, str, frozenset[Node]]:
 # ----------------------------------------------------------------------- latency
 
 
-def _alpha_distances(topology: Topology) -> np.ndarray:
-    """Rank-to-rank shortest paths by alpha (through ranks and fabric); raises
-    ``TopologyError`` naming the ranks that cannot reach each other."""
-    return _cached(topology, "alpha", lambda: _compute_alpha_distances(topology))
-
-
-def _compute_alpha_distances(topology: Topology) -> np.ndarray:
-    n, index = topology.num_ranks, topology.node_index
-    size = len(topology.nodes)
+def _node_matrix(topology: Topology, weights: np.ndarray) -> scipy.sparse.csr_array:
+    """The topology's links as a node-by-node matrix (explicit zeros stay links)."""
+    index, size = topology.node_index, len(topology.nodes)
     rows = [index[lk.src] for lk in topology.links]
     cols = [index[lk.dst] for lk in topology.links]
-    # explicit zeros are zero-alpha links to csgraph
-    matrix = scipy.sparse.csr_array((topology.alphas, (rows, cols)), shape=(size, size))
-    dist = scipy.sparse.csgraph.dijkstra(matrix, directed=True, indices=np.arange(n))[:, :n]
-    stuck = np.argwhere(~np.isfinite(dist))
-    if len(stuck):
-        src = int(stuck[0][0])
-        targets = [int(t) for s, t in stuck if s == src][:8]
-        raise TopologyError(
-            f"topology {topology.name!r} is disconnected: rank {src} cannot reach rank(s) "
-            f"{targets}, even relaying through ranks ({len(stuck)} unreachable ordered pairs "
-            "in all); add the missing links (or make them duplex)")
-    return dist
+    return scipy.sparse.csr_array((weights, (rows, cols)), shape=(size, size))
+
+
+def _check_connected(topology: Topology) -> bool:
+    """Ranks reach each other exactly when they share a strongly connected component."""
+    n = topology.num_ranks
+    matrix = _node_matrix(topology, np.ones(len(topology.links)))
+    _, labels = scipy.sparse.csgraph.connected_components(matrix, directed=True,
+                                                          connection="strong")
+    if (labels[:n] == labels[0]).all():
+        return True
+    ahead = scipy.sparse.csgraph.breadth_first_order(matrix, 0, directed=True,
+                                                     return_predecessors=False)
+    unreached = sorted(set(range(n)) - set(ahead.tolist()))
+    if unreached:
+        where = f"rank 0 cannot reach rank(s) {unreached[:8]}"
+    else:
+        behind = scipy.sparse.csgraph.breadth_first_order(matrix.T.tocsr(), 0, directed=True,
+                                                          return_predecessors=False)
+        where = f"rank(s) {sorted(set(range(n)) - set(behind.tolist()))[:8]} cannot reach rank 0"
+    raise TopologyError(f"topology {topology.name!r} is disconnected: {where}, even relaying "
+                        "through ranks; add the missing links (or make them duplex)")
+
+
+def _alpha_distances(topology: Topology) -> np.ndarray:
+    """Rank-to-rank shortest paths by alpha, through ranks and fabric."""
+    check_ranks_connected(topology)
+    return _cached(topology, "alpha", lambda: scipy.sparse.csgraph.dijkstra(
+        _node_matrix(topology, topology.alphas), directed=True,
+        indices=np.arange(topology.num_ranks))[:, :topology.num_ranks])
