@@ -57,7 +57,7 @@ def test_busbw_factors_follow_nccl_tests():
 
 
 def test_chunk_bytes_is_size_over_total_chunks():
-    for kind in Kind:
+    for kind in Kind.collectives():
         assert Collective(kind, 4, 2).chunk_bytes(800) == 100
 
 
@@ -85,3 +85,13 @@ def test_packed_sets_stay_narrow_for_wide_reductions():
     a, b = coll.contribution(3, 7), coll.contribution(5, 7)
     assert contributions(coll, a | b) == {(3, 7), (5, 7)}
     assert (a & b) >> coll.index_bits == 0
+
+
+def test_sendrecv_moves_the_senders_buffer_to_the_peer():
+    coll = Collective(Kind.SENDRECV, 4, 2, root=1, peer=3)
+    assert {rank for rank, _ in coll.precondition} == {1}
+    assert {rank for rank, _ in coll.postcondition} == {3}
+    assert contributions(coll, coll.postcondition[(3, 5)]) == {(1, 5)}
+    assert Kind.SENDRECV not in Kind.collectives() and len(Kind.collectives()) == 8
+    with pytest.raises(InputError, match="other than the sender"):
+        Collective(Kind.SENDRECV, 4, root=2, peer=2)

@@ -27,7 +27,7 @@ def roots(topology: Topology) -> list[int]:
 
 
 @pytest.mark.parametrize("machine", MACHINES)
-@pytest.mark.parametrize("kind", list(Kind))
+@pytest.mark.parametrize("kind", Kind.collectives())
 def test_direct_verifies_on_the_zoo(machine: str, kind: Kind) -> None:
     topology = zoo.get(machine)
     for chunks, root in itertools.product((1, 3), roots(topology) if kind.is_rooted else [0]):
@@ -44,7 +44,7 @@ def sent(kind: Kind, n: int, c: int) -> int:
     return (2 if kind is Kind.ALLREDUCE else 1) * n * (n - 1) * c
 
 
-@pytest.mark.parametrize("kind", list(Kind))
+@pytest.mark.parametrize("kind", Kind.collectives())
 def test_direct_moves_each_block_once(kind: Kind) -> None:
     topology = zoo.get("dgx2:2")
     schedule = build_direct(topology, kind, root=17, chunks=2)
@@ -127,7 +127,7 @@ def test_front_door_builds_direct() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(n=st.integers(2, 9), kind=st.sampled_from(list(Kind)), chunks=st.integers(1, 3),
+@given(n=st.integers(2, 9), kind=st.sampled_from(Kind.collectives()), chunks=st.integers(1, 3),
        root=st.integers(0, 8), shape=st.sampled_from(["switch", "fully-connected"]))
 def test_direct_on_any_size(n: int, kind: Kind, chunks: int, root: int, shape: str) -> None:
     topology = zoo.get(f"{shape}:{n}")
@@ -137,7 +137,7 @@ def test_direct_on_any_size(n: int, kind: Kind, chunks: int, root: int, shape: s
 
 
 @settings(max_examples=40, deadline=None)
-@given(topology=topologies(), kind=st.sampled_from(list(Kind)), chunks=st.integers(1, 2),
+@given(topology=topologies(), kind=st.sampled_from(Kind.collectives()), chunks=st.integers(1, 2),
        root=st.integers(0, 7))
 def test_direct_on_random_machines(topology: Topology, kind: Kind, chunks: int,
                                    root: int) -> None:
@@ -150,6 +150,15 @@ def test_direct_on_random_machines(topology: Topology, kind: Kind, chunks: int,
         return
     assert routed
     verify(schedule, topology)
+
+
+def test_direct_sendrecv_is_one_transfer_over_the_route() -> None:
+    topology = zoo.get("mist")
+    schedule = build_direct(topology, Kind.SENDRECV, root=0, peer=2, chunks=2)
+    verify(schedule, topology)
+    assert [(t.src, t.dst, t.count) for t in schedule.transfers] == [(0, 2, 8)]
+    with pytest.raises(NotApplicableError):
+        build_direct(zoo.get("ring:4"), Kind.SENDRECV, root=0, peer=2)
 
 
 def test_pairwise_matches_direct_on_a_switch() -> None:

@@ -33,6 +33,8 @@ class Kind(str, enum.Enum):
     REDUCE = "reduce"
     GATHER = "gather"
     SCATTER = "scatter"
+    SENDRECV = "sendrecv"
+    """Point-to-point: ``root`` sends its buffer to ``peer`` (multipath transfers)."""
 
     @classmethod
     def parse(cls, text: str | Kind) -> Kind:
@@ -51,7 +53,12 @@ class Kind(str, enum.Enum):
 
     @property
     def is_rooted(self) -> bool:
-        return self in (Kind.BROADCAST, Kind.REDUCE, Kind.GATHER, Kind.SCATTER)
+        return self in (Kind.BROADCAST, Kind.REDUCE, Kind.GATHER, Kind.SCATTER, Kind.SENDRECV)
+
+    @classmethod
+    def collectives(cls) -> tuple[Kind, ...]:
+        """The eight collectives (everything but point-to-point ``sendrecv``)."""
+        return tuple(kind for kind in cls if kind is not Kind.SENDRECV)
 
 
 class Buffer(str, enum.Enum):
@@ -72,6 +79,7 @@ _SHAPES = {  # kind: (input is full, output is full)
     Kind.REDUCE: (True, True),
     Kind.GATHER: (False, True),
     Kind.SCATTER: (True, False),
+    Kind.SENDRECV: (True, True),
 }
 
 
@@ -84,13 +92,15 @@ class Collective:
     kind: which collective.
     num_ranks: ranks taking part, ``0..num_ranks-1``.
     chunks_per_rank: the size buffer holds ``num_ranks * chunks_per_rank`` chunks.
-    root: the root of broadcast, reduce, gather and scatter (ignored otherwise).
+    root: the root of broadcast, reduce, gather and scatter; the sender of sendrecv.
+    peer: the receiver of sendrecv (ignored otherwise).
     """
 
     kind: Kind
     num_ranks: int
     chunks_per_rank: int = 1
     root: int = 0
+    peer: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", Kind.parse(self.kind))
@@ -105,6 +115,11 @@ class Collective:
         elif not 0 <= self.root < self.num_ranks:
             raise InputError(f"collective {self.kind.value}: root {self.root} is not a rank "
                              f"(0..{self.num_ranks - 1})")
+        if self.kind is not Kind.SENDRECV:
+            object.__setattr__(self, "peer", 0)
+        elif not 0 <= self.peer < self.num_ranks or self.peer == self.root:
+            raise InputError(f"sendrecv: peer {self.peer} must be a rank (0..{self.num_ranks - 1}) "
+                             f"other than the sender {self.root}")
 
     # ------------------------------------------------------------- buffers
 
@@ -158,9 +173,11 @@ class Collective:
         return self.pack(1 << rank, index)
 
     def has_input(self, rank: int) -> bool:
-        return self.kind not in (Kind.BROADCAST, Kind.SCATTER) or rank == self.root
+        return self.kind not in (Kind.BROADCAST, Kind.SCATTER, Kind.SENDRECV) or rank == self.root
 
     def has_output(self, rank: int) -> bool:
+        if self.kind is Kind.SENDRECV:
+            return rank == self.peer
         return self.kind not in (Kind.REDUCE, Kind.GATHER) or rank == self.root
 
     @cached_property
@@ -188,7 +205,7 @@ class Collective:
                     value = pack(every, j)
                 elif kind is Kind.ALLTOALL:
                     value = pack(1 << (j // c), rank * c + j % c)
-                elif kind is Kind.BROADCAST:
+                elif kind in (Kind.BROADCAST, Kind.SENDRECV):
                     value = pack(1 << self.root, j)
                 else:  # SCATTER
                     value = pack(1 << self.root, rank * c + j)
@@ -209,5 +226,7 @@ class Collective:
 
     def describe(self) -> str:
         root = f", root {self.root}" if self.kind.is_rooted else ""
+        if self.kind is Kind.SENDRECV:
+            root = f", {self.root} -> {self.peer}"
         return (f"{self.kind.value} on {self.num_ranks} ranks, "
                 f"{self.chunks_per_rank} chunk(s) per rank{root}")

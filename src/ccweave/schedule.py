@@ -239,7 +239,8 @@ def to_dict(schedule: Schedule) -> dict[str, object]:
         "version": VERSION,
         "name": schedule.name,
         "collective": {"kind": coll.kind.value, "ranks": coll.num_ranks,
-                       "chunks_per_rank": coll.chunks_per_rank, "root": coll.root},
+                       "chunks_per_rank": coll.chunks_per_rank, "root": coll.root,
+                       **({"peer": coll.peer} if coll.kind is Kind.SENDRECV else {})},
         "in_place": schedule.in_place,
         "scratch_chunks": schedule.scratch_chunks,
         "metadata": dict(schedule.metadata),
@@ -262,7 +263,8 @@ def from_dict(data: object, source: str = "schedule") -> Schedule:
     try:
         coll = data["collective"]
         collective = Collective(Kind.parse(coll["kind"]), int(coll["ranks"]),
-                                int(coll.get("chunks_per_rank", 1)), int(coll.get("root", 0)))
+                                int(coll.get("chunks_per_rank", 1)), int(coll.get("root", 0)),
+                                int(coll.get("peer", 0)))
         rows = data["transfers"]
         if not isinstance(rows, list):
             raise TypeError("transfers must be a list")

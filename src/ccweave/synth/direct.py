@@ -1,7 +1,8 @@
 """One-shot strategies: every rank talks to every peer it needs directly.
 
 ``direct`` sends every block straight to where it ends (MSCCL's "allpairs" for
-allreduce: a direct reduce-scatter, then a direct allgather); ``pairwise`` is MPI's
+allreduce: a direct reduce-scatter, then a direct allgather; for ``sendrecv`` the one
+direct route, the baseline multipath transfers are measured against); ``pairwise`` is MPI's
 alltoall in ``N-1`` rounds, round ``k`` exchanging with ranks ``r+k`` and ``r-k``.
 Both need a route between every pair they use, so they suit switches and fully
 connected meshes.
@@ -32,8 +33,10 @@ def _peers(rank: int, n: int) -> list[int]:
     return [(rank + k) % n for k in range(1, n)]
 
 
-def _pairs(kind: Kind, n: int, root: int) -> list[tuple[int, int]]:
+def _pairs(kind: Kind, n: int, root: int, peer: int = 0) -> list[tuple[int, int]]:
     """The (src, dst) pairs a direct schedule of ``kind`` sends over."""
+    if kind is Kind.SENDRECV:
+        return [(root, peer)]
     if kind in (Kind.BROADCAST, Kind.SCATTER):
         return [(root, p) for p in _peers(root, n)]
     if kind in (Kind.REDUCE, Kind.GATHER):
@@ -84,6 +87,8 @@ def _direct(b: ScheduleBuilder) -> None:
     elif kind is Kind.BROADCAST:
         for p in [root, *_peers(root, n)]:
             b.copy(root, p, (IN, 0), (OUT, 0), total)
+    elif kind is Kind.SENDRECV:
+        b.copy(root, coll.peer, (IN, 0), (OUT, 0), total)
     elif kind is Kind.REDUCE:
         _reduce_into(b, root, 0, (OUT, 0), total)
     elif kind is Kind.REDUCESCATTER:
@@ -104,14 +109,16 @@ def build_direct(topology: Topology, kind: Kind, *, root: int = 0, chunks: int |
                  **options: object) -> Schedule:
     """Direct schedule of ``kind``: one transfer per (rank, peer) pair and block.
 
-    Raises ``NotApplicableError`` when a pair it needs has no route.
+    ``sendrecv`` takes option ``peer`` (default ``root + 1``). Raises
+    ``NotApplicableError`` when a pair it needs has no route.
     """
     kind = Kind.parse(kind)
     require_kind(kind, DIRECT_KINDS, "direct")
+    peer = options.pop("peer", (root + 1) % topology.num_ranks)
     reject_options(options, "direct")
     c = chunks_for(chunks)
-    coll = Collective(kind, topology.num_ranks, c, root)
-    require_routes(topology, _pairs(kind, coll.num_ranks, coll.root), "direct")
+    coll = Collective(kind, topology.num_ranks, c, root, peer)  # type: ignore[arg-type]
+    require_routes(topology, _pairs(kind, coll.num_ranks, coll.root, coll.peer), "direct")
     b = ScheduleBuilder(coll)
     _direct(b)
     return b.build(schedule_name("direct", chunks=c), topology=topology.name)
