@@ -112,3 +112,8 @@ def test_routes_are_contiguous_and_avoid_other_ranks(topo):
             for first, second in itertools.pairwise(route):
                 assert first.dst == second.src
                 assert not topo.is_rank(first.dst)
+
+
+def test_dead_end_fabric_does_not_disconnect_ranks():
+    links = (Link(0, 1, 1e9), Link(1, 0, 1e9), Link(0, "tap", 1e9))
+    Topology("tap", 2, links, {"tap": "nic"}).check_connected()

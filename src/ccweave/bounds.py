@@ -750,14 +750,9 @@ def _solve_lp(cost: np.ndarray, matrix: scipy.sparse.csc_array, lower: np.ndarra
     interior point method (no crossover: only the duals are used); returns row duals."""
     import highspy
 
-    class QuietHighs(highspy.Highs):
-        # highspy prints a banner on the C stdout when callbacks are enabled at
-        # construction unless output is off by then; it would spoil --json output
-        def enableCallbacks(self) -> None:
-            self.silent()
-            super().enableCallbacks()
+    from ccweave.solvers import quiet_highs
 
-    highs = QuietHighs()
+    highs = quiet_highs()
     highs.setOptionValue("solver", "ipm")
     highs.setOptionValue("run_crossover", "off")
     highs.setOptionValue("ipm_optimality_tolerance", 1e-10)

@@ -260,18 +260,23 @@ class Topology:
                 if other != rank and self._router.route_or_none(rank, other) is not None]
 
     def check_connected(self) -> None:
-        """Raise ``TopologyError`` unless every rank can reach every other, relaying through
-        ranks where needed."""
+        """Raise ``TopologyError`` unless every rank can reach every other (through fabric
+        and, where needed, by relaying through ranks); dead-end fabric is fine."""
         import networkx as nx
 
+        if self.num_ranks < 2:
+            return
         graph = self.to_networkx()
-        if self.num_ranks > 1 and not nx.is_strongly_connected(graph):
-            components = sorted(nx.strongly_connected_components(graph), key=len, reverse=True)
-            stranded = sorted((n for c in components[1:] for n in c if self.is_rank(n)),
-                              key=str)[:8]
+        component = {node: number
+                     for number, members in enumerate(nx.strongly_connected_components(graph))
+                     for node in members}
+        home = component[0]
+        stranded = [rank for rank in self.ranks if component[rank] != home]
+        if stranded:
             raise TopologyError(
-                f"topology {self.name!r} is disconnected: ranks {stranded} cannot reach (or be "
-                "reached from) the rest; add the missing links (or set duplex: true)")
+                f"topology {self.name!r} is disconnected: ranks {stranded[:8]} and rank 0 "
+                "cannot reach each other both ways; add the missing links (or set duplex: "
+                "true)")
 
     def summary(self) -> dict[str, object]:
         """Counts and totals for ``ccweave topo show``."""
