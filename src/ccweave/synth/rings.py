@@ -36,6 +36,18 @@ MIN_SHARE = 0.25
 MAX_RINGS = 32
 """At most this many rings (NCCL's MAXCHANNELS)."""
 
+SPEEDS = (1.0, 1 / 2, 1 / 3, 1 / 4)
+"""Caps on a ring's bandwidth tried, as fractions of the fastest ring's: slower rings can
+be more (on 4 fully connected GPUs, six rings at half speed beat two at full speed);
+NCCL's search likewise tries decreasing speeds for the most channels x speed."""
+
+SPEED_GAIN = 1.05
+"""Slower rings replace faster ones only when they carry this much more in all (more
+rings cost more chunks and steps for little)."""
+
+SPEED_SEARCH_RANKS = 256
+"""Multi-node machines with more ranks try full speed only (the NICs set it there)."""
+
 FLAT_ATTEMPTS = 8
 """Tie-break orders tried on single-node machines; the ring set with most bandwidth wins."""
 
@@ -487,32 +499,42 @@ def find_rings(topology: Topology, max_rings: int | None = None, *,
     rings: list[Ring] = []
     nodes = _node_groups(topology, members)
     if nodes is not None:
-        search = _NodeSearch(_RankGraph(topology, _NodeSearch.pairs(nodes)), nodes)
-        rings = _greedy(search.graph, search, members, limit, min_share, {})
+        graph = _RankGraph(topology, _NodeSearch.pairs(nodes))
+        speeds = SPEEDS if len(members) <= SPEED_SEARCH_RANKS else SPEEDS[:1]
+        rings = _best(graph, lambda: _NodeSearch(graph, nodes), members, limit, min_share,
+                      speeds, 1)
     if not rings:  # one node, or no node-contiguous ring: search the whole rank graph
-        rings = _best_of_attempts(topology, members, limit, min_share)
+        attempts = FLAT_ATTEMPTS if len(members) <= FLAT_ATTEMPT_RANKS else 1
+        rings = _best(_flat_graph(topology, members), lambda: None, members, limit,
+                      min_share, SPEEDS, attempts)
     if not rings:
         raise NotApplicableError(_no_cycle_reason(topology, members))
     return rings
 
 
-def _best_of_attempts(topology: Topology, members: list[int], limit: int,
-                      min_share: float) -> list[Ring]:
-    """Greedy ring sets under a few tie-break orders; the one with most bandwidth wins."""
-    graph = _flat_graph(topology, members)
-    attempts = FLAT_ATTEMPTS if len(members) <= FLAT_ATTEMPT_RANKS else 1
+def _best(graph: _RankGraph, new_search, members: list[int], limit: int, min_share: float,
+          speeds: Sequence[float], attempts: int) -> list[Ring]:
+    """Greedy ring sets at a few speeds (caps on a ring's bandwidth, as fractions of the
+    fastest ring) and tie-break orders; the set with the most bandwidth in all wins."""
     best: list[Ring] = []
-    for attempt in range(attempts):
-        graph.residual = topology.bandwidths.copy()
-        rings = _greedy(graph, None, members, limit, min_share, _priority(members, attempt))
-        if not rings:
-            break
-        if _total(rings) > _total(best) * (1 + 1e-9):
-            best = rings
-        bound = min(limit * best[0].bandwidth,
-                    min(topology.out_bandwidth(rank) for rank in members))
-        if _total(best) >= bound * (1 - 1e-9):
-            break
+    top = 0.0
+    bound = min(graph.topology.out_bandwidth(rank) for rank in members)
+    for speed in speeds:
+        for attempt in range(attempts):
+            graph.residual = graph.topology.bandwidths.copy()
+            cap = top * speed if top else np.inf
+            rings = _greedy(graph, new_search(), members, limit, min_share,
+                            _priority(members, attempt), cap)
+            if not rings:
+                if not top:
+                    return []
+                continue
+            top = top or rings[0].bandwidth
+            gain = 1 + 1e-9 if speed == speeds[0] else SPEED_GAIN
+            if _total(rings) > _total(best) * gain:
+                best = rings
+            if _total(best) >= min(bound, limit * top) * (1 - 1e-9):
+                return best
     return best
 
 
@@ -529,14 +551,15 @@ def _priority(members: list[int], attempt: int) -> dict[int, int]:
 
 
 def _greedy(graph: _RankGraph, search: _NodeSearch | None, members: list[int], limit: int,
-            min_share: float, priority: dict[int, int]) -> list[Ring]:
-    """Rings one by one, each the best on what the earlier ones left, until the rule stops."""
+            min_share: float, priority: dict[int, int], cap: float) -> list[Ring]:
+    """Rings one by one, each the best on what the earlier ones left (a ring takes at
+    most ``cap``), until the stopping rule says enough."""
     rings: list[Ring] = []
     while len(rings) < limit:
-        order = _next_ring(graph, search, members, rings, priority)
+        order = _next_ring(graph, search, members, rings, priority, cap)
         if order is None:
             break
-        share = graph.share(order)
+        share = min(graph.share(order), cap)
         if share <= 0 or (rings and share < min_share * rings[0].bandwidth):
             break
         graph.charge(order, share)
@@ -547,7 +570,7 @@ def _greedy(graph: _RankGraph, search: _NodeSearch | None, members: list[int], l
 
 
 def _next_ring(graph: _RankGraph, search: _NodeSearch | None, members: list[int],
-               rings: list[Ring], priority: dict[int, int]) -> list[int] | None:
+               rings: list[Ring], priority: dict[int, int], cap: float) -> list[int] | None:
     """The best next ring: a found one, or an earlier ring reversed if that is as good."""
     reverse, reverse_share = None, 0.0
     for ring in rings:
@@ -555,12 +578,14 @@ def _next_ring(graph: _RankGraph, search: _NodeSearch | None, members: list[int]
         if _same_cycle(candidate, ring.order) or any(_same_cycle(candidate, r.order)
                                                      for r in rings):
             continue
-        share = graph.share(candidate)
+        share = min(graph.share(candidate), cap)
         if share > reverse_share:
             reverse, reverse_share = candidate, share
+    if reverse is not None and reverse_share >= cap:
+        return reverse  # nothing can beat it
     found = (search.ring(reverse_share) if search
              else _flat_ring(graph, members, reverse_share, priority))
-    if found is not None and (reverse is None or graph.share(found) > reverse_share):
+    if found is not None and (reverse is None or min(graph.share(found), cap) > reverse_share):
         return found
     return reverse
 
