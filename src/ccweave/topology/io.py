@@ -25,8 +25,12 @@ def load(spec: str | Path) -> Topology:
     path = Path(text)
     if path.suffix.lower() in (".json", ".yaml", ".yml") or path.exists():
         topology = read(path)
-    else:
-        topology = zoo.get(text)
+        try:
+            topology.check_connected()
+        except TopologyError as error:
+            raise TopologyError(f"{path}: {error}") from None
+        return topology
+    topology = zoo.get(text)
     topology.check_connected()
     return topology
 

@@ -1,0 +1,1 @@
+"""One module per ``ccweave`` subcommand (see :mod:`ccweave.cli`)."""

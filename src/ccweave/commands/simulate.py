@@ -1,0 +1,40 @@
+"""``ccweave simulate sched.json TOPO --sizes 1MB,1GB``."""
+
+from __future__ import annotations
+
+from ccweave.commands import _inputs, _output
+from ccweave.simulate import simulate
+from ccweave.units import GB_PER_S, format_size
+
+ORDER = 40
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("simulate", help="predict a schedule's time on a topology")
+    parser.add_argument("schedule", help="schedule JSON (or MSCCL XML)")
+    parser.add_argument("topology", help=_inputs.TOPO_HELP)
+    parser.add_argument("--sizes", default="1MB,1GB", help="e.g. 1MB,1GB or 1KB:1GB")
+    parser.add_argument("--links", type=int, default=0, metavar="K",
+                        help="also show the K busiest links at the largest size")
+    _output.add_json_flag(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    sched = _inputs.load_schedule(args.schedule)
+    topo = _inputs.topology(args.topology)
+    results = [simulate(sched, topo, size) for size in _inputs.sizes(args.sizes)]
+    if args.json:
+        _output.print_json([{"size_bytes": r.size_bytes, "time_s": r.time_s,
+                             "algbw_GBps": r.algbw / GB_PER_S, "busbw_GBps": r.busbw / GB_PER_S,
+                             "busiest_links": r.busiest_links(max(args.links, 5))}
+                            for r in results])
+        return 0
+    rows = [(format_size(r.size_bytes), r.time_s * 1e6, r.algbw / GB_PER_S, r.busbw / GB_PER_S)
+            for r in results]
+    _output.print_table(f"{sched.name or args.schedule} on {topo.name}",
+                        ["size", "time(us)", "algbw(GB/s)", "busbw(GB/s)"], rows)
+    if args.links:
+        _output.print_table("busiest links", ["link", "utilisation"],
+                            results[-1].busiest_links(args.links))
+    return 0

@@ -1,0 +1,58 @@
+"""``ccweave topo show TOPO [--plot out.png]``: what ccweave thinks the machine is."""
+
+from __future__ import annotations
+
+from ccweave.commands import _inputs, _output
+from ccweave.topology import io as topology_io
+from ccweave.units import GB_PER_S, US
+
+ORDER = 10
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("topo", help="inspect topologies")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    show = actions.add_parser("show", help="print a topology's nodes, links and groups")
+    show.add_argument("topology", help=_inputs.TOPO_HELP)
+    show.add_argument("--plot", metavar="PNG", help="also draw it to this PNG file")
+    show.add_argument("--links", action="store_true", help="list every link")
+    _output.add_json_flag(show)
+    show.set_defaults(run=run_show)
+
+
+def run_show(args) -> int:
+    topo = _inputs.topology(args.topology)
+    if args.json:
+        _output.print_json({**topo.summary(), "topology": topology_io.to_dict(topo)})
+    else:
+        summary = topo.summary()
+        _output.console.print(f"[bold]{topo.name}[/]: {topo.num_ranks} ranks, fabric "
+                              f"{summary['fabric'] or 'none'}, {len(topo.links)} directed links")
+        _output.console.print(f"figures: {topo.source}")
+        for kind, parts in topo.groups.items():
+            shown = ", ".join(str(list(p)) for p in parts[:4])
+            more = f" ... ({len(parts)} in all)" if len(parts) > 4 else ""
+            _output.console.print(f"groups {kind}: {shown}{more}")
+        _link_table(topo, every=args.links)
+    if args.plot:
+        from ccweave.topology.plot import plot
+
+        written = plot(topo, args.plot)
+        _output.progress_console.print(f"wrote {written}")
+    return 0
+
+
+def _link_table(topo, every: bool) -> None:
+    """Links grouped by (kind, bandwidth, alpha) unless every link is asked for."""
+    if every:
+        rows = [(f"{lk.src} -> {lk.dst}", lk.kind, lk.bandwidth / GB_PER_S, lk.alpha / US)
+                for lk in topo.links]
+        _output.print_table("links", ["link", "kind", "GB/s", "alpha us"], rows)
+        return
+    classes: dict[tuple, int] = {}
+    for lk in topo.links:
+        key = (lk.kind or "-", round(lk.bandwidth / GB_PER_S, 3), round(lk.alpha / US, 3))
+        classes[key] = classes.get(key, 0) + 1
+    rows = [(kind, count, bw, alpha) for (kind, bw, alpha), count in sorted(classes.items())]
+    _output.print_table("link classes (--links for each)", ["kind", "links", "GB/s", "alpha us"],
+                        rows)

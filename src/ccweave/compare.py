@@ -1,0 +1,121 @@
+"""Compare strategies on one machine: synthesize, verify, simulate each over sizes, beside
+the lower bound — the table ``ccweave compare`` prints.
+
+Each schedule is built and proven once (schedules are size-agnostic) and simulated at
+every size; the best strategy per size is marked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+from ccweave.bounds import Bound, lower_bound
+from ccweave.collectives import Kind
+from ccweave.errors import CCWeaveError, NotApplicableError
+from ccweave.schedule import Schedule
+from ccweave.simulate import simulate
+from ccweave.synth.registry import get_strategy, strategies_for, synthesize
+from ccweave.topology.model import Topology
+from ccweave.units import GB_PER_S
+from ccweave.verify import verify
+
+
+@dataclass(frozen=True)
+class Result:
+    """One strategy at one size, in nccl-tests' terms plus the bound."""
+
+    strategy: str
+    schedule: str
+    size_bytes: int
+    time_s: float
+    algbw_GBps: float
+    busbw_GBps: float
+    bound_s: float
+    ratio_to_bound: float
+    best: bool = False
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A strategy that could not take part, and why."""
+
+    strategy: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Comparison:
+    topology: str
+    kind: Kind
+    results: tuple[Result, ...]
+    skipped: tuple[Skipped, ...]
+    bounds: tuple[Bound, ...]
+
+    def best(self, size_bytes: int) -> Result:
+        return min((r for r in self.results if r.size_bytes == size_bytes),
+                   key=lambda r: r.time_s)
+
+
+def default_strategies(kind: Kind) -> list[str]:
+    """Every registered strategy for ``kind`` except slow (solver) ones."""
+    return [name for name in strategies_for(kind) if not get_strategy(name).slow]
+
+
+def build_verified(topology: Topology, kind: Kind, strategy: str, root: int = 0,
+                   chunks: int | None = None, **options: object) -> Schedule:
+    """Synthesize and prove a schedule; raises if the strategy emits a wrong one."""
+    schedule = synthesize(topology, kind, strategy, root=root, chunks=chunks, **options)
+    verify(schedule, topology)
+    return schedule
+
+
+def compare(topology: Topology, kind: Kind | str, sizes: Sequence[int],
+            strategies: Sequence[str] | None = None, root: int = 0,
+            chunks: int | None = None,
+            progress: Callable[[str], None] | None = None) -> Comparison:
+    """Simulate every strategy in ``strategies`` (default: all fast ones) at every size.
+
+    Strategies that do not apply to this topology are listed in ``skipped`` with the reason.
+    """
+    kind = Kind.parse(kind)
+    names = list(strategies) if strategies else default_strategies(kind)
+    for name in names:
+        get_strategy(name)  # unknown names fail before any work
+    bounds = tuple(lower_bound(topology, kind, size, root=root) for size in sizes)
+    rows: list[Result] = []
+    skipped: list[Skipped] = []
+    for name in names:
+        if progress:
+            progress(f"{name}: synthesize and verify")
+        try:
+            schedule = build_verified(topology, kind, name, root=root, chunks=chunks)
+        except NotApplicableError as error:
+            skipped.append(Skipped(name, str(error)))
+            continue
+        for size, bound in zip(sizes, bounds, strict=True):
+            rows.append(_result(name, schedule, topology, size, bound))
+    if not rows:
+        reasons = "; ".join(f"{s.strategy}: {s.reason}" for s in skipped)
+        raise CCWeaveError(f"no strategy builds {kind.value} on {topology.name} ({reasons})")
+    return Comparison(topology.name, kind, tuple(_mark_best(rows)), tuple(skipped), bounds)
+
+
+def _result(name: str, schedule: Schedule, topology: Topology, size: int,
+            bound: Bound) -> Result:
+    sim = simulate(schedule, topology, size)
+    algbw = size / sim.time_s / GB_PER_S
+    return Result(name, schedule.name, size, sim.time_s, algbw,
+                  algbw * schedule.collective.busbw_factor, bound.time_s,
+                  bound.ratio(sim.time_s))
+
+
+def _mark_best(rows: list[Result]) -> list[Result]:
+    best = {}
+    for row in rows:
+        if row.size_bytes not in best or row.time_s < best[row.size_bytes].time_s:
+            best[row.size_bytes] = row
+    return [Result(**{**asdict(r), "best": r is best[r.size_bytes]}) for r in rows]

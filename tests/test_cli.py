@@ -1,0 +1,100 @@
+"""The CLI: each command end to end, and bad input as one line with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ccweave.cli import main
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_synth_verify_simulate_round_trip(tmp_path, capsys):
+    sched = tmp_path / "ring.json"
+    code, out, _ = run(capsys, "synth", "dgx1", "allreduce", "--strategy", "ring",
+                       "-o", str(sched))
+    assert code == 0 and "verified" in out
+    code, out, _ = run(capsys, "verify", str(sched), "--topology", "dgx1")
+    assert code == 0 and "proven" in out
+    code, out, _ = run(capsys, "simulate", str(sched), "dgx1", "--sizes", "1MB,1GB", "--json")
+    rows = json.loads(out)
+    assert code == 0 and [r["size_bytes"] for r in rows] == [2**20, 2**30]
+    assert rows[1]["busbw_GBps"] > rows[0]["busbw_GBps"] > 0
+
+
+def test_verify_exits_1_with_the_reason(tmp_path, capsys):
+    sched = tmp_path / "ag.json"
+    assert run(capsys, "synth", "switch:4", "allgather", "--strategy", "direct",
+               "-o", str(sched))[0] == 0
+    data = json.loads(sched.read_text())
+    del data["transfers"][-1]
+    sched.write_text(json.dumps(data))
+    code, out, _ = run(capsys, "verify", str(sched))
+    assert code == 1 and "NOT proven" in out and "never written" in out
+
+
+def test_compare_json_has_the_documented_fields(capsys):
+    code, out, _ = run(capsys, "compare", "ring:8", "allgather", "--sizes", "1MB,1GB",
+                       "--json")
+    rows = json.loads(out)
+    assert code == 0
+    fields = {"strategy", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps", "bound_s",
+              "ratio_to_bound"}
+    assert all(fields <= set(row) for row in rows)
+    ring_1g = next(r for r in rows if r["strategy"] == "ring" and r["size_bytes"] == 2**30)
+    assert ring_1g["ratio_to_bound"] < 1.01
+    assert sum(r["best"] for r in rows) == 2
+
+
+def test_bounds_and_topo_show(tmp_path, capsys):
+    code, out, _ = run(capsys, "bounds", "dgx-a100:2", "allgather", "--sizes", "1GB", "--json")
+    assert code == 0 and json.loads(out)[0]["busbw_GBps"] == pytest.approx(325, rel=1e-3)
+    png = tmp_path / "t.png"
+    code, out, _ = run(capsys, "topo", "show", "mist", "--plot", str(png))
+    assert code == 0 and "mist" in out and png.stat().st_size > 1000
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["topo", "show", "dgx9"], "unknown topology 'dgx9'"),
+    (["compare", "dgx1", "allsum"], "unknown collective 'allsum'"),
+    (["synth", "dgx1", "allgather", "--strategy", "magic", "-o", "x.json"],
+     "unknown strategy 'magic'"),
+    (["bounds", "dgx1", "allgather", "--sizes", "lots"], "size 'lots'"),
+    (["synth", "ring:8", "alltoall", "--strategy", "direct", "-o", "x.json"], "no route"),
+])
+def test_bad_input_is_one_line_exit_2(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("content", ['{"ranks": 2, "links": []}', "{broken", '{"ranks": 4, '
+                                     '"links": [{"src": 0, "dst": 1, "bw_GBps": 1}]}'])
+def test_bad_topology_files_exit_2(tmp_path, capsys, content):
+    path = tmp_path / "topo.json"
+    path.write_text(content)
+    code, _, err = run(capsys, "compare", str(path), "allgather")
+    assert code == 2 and str(path) in err and err.count("\n") == 1
+
+
+def test_corrupted_schedule_file_exits_2(tmp_path, capsys):
+    path = tmp_path / "s.json"
+    path.write_text('{"format": "ccweave.schedule", "version": 1, "collective": '
+                    '{"kind": "allgather", "ranks": 2}, "transfers": [[0, 1, "q"]]}')
+    code, _, err = run(capsys, "verify", str(path))
+    assert code == 2 and "transfers[0]" in err
+
+
+def test_console_script_runs_as_a_process():
+    proc = subprocess.run([sys.executable, "-m", "ccweave", "topo", "show", "ring:4", "--json"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["ranks"] == 4
