@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from ccweave import plan as plan_io
 from ccweave import schedule as schedule_io
 from ccweave.commands import _inputs, _output
 from ccweave.compare import build_verified
 from ccweave.synth.registry import strategies
+from ccweave.units import format_size
 
 ORDER = 20
 
@@ -16,7 +18,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("collective", help="allgather, reducescatter, allreduce, alltoall, "
                                            "broadcast, reduce, gather, scatter")
     parser.add_argument("--strategy", default="ring",
-                        help=f"one of: {', '.join(strategies())} (default ring)")
+                        help=f"one of: {', '.join(strategies())}, or auto: the fastest "
+                             "per size, written as a plan (default ring)")
     parser.add_argument("--chunks", type=int, help="chunks per rank (default: the strategy's)")
     parser.add_argument("--root", type=int, default=0, help="root of rooted collectives")
     parser.add_argument("--option", action="append", metavar="KEY=VALUE",
@@ -29,6 +32,8 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     topo = _inputs.topology(args.topology)
     kind = _inputs.kind(args.collective)
+    if args.strategy == "auto":
+        return _run_auto(args, topo, kind)
     sched = build_verified(topo, kind, args.strategy, root=args.root, chunks=args.chunks,
                            **_inputs.strategy_options(args.option))
     schedule_io.save(sched, args.output)
@@ -40,4 +45,22 @@ def run(args) -> int:
             f"{sched.name}: {kind.value} on {topo.name}, {stats['transfers']} transfers in "
             f"{stats['steps']} steps over {stats['channels']} channel(s); verified; "
             f"wrote {args.output}")
+    return 0
+
+
+def _run_auto(args, topo, kind) -> int:
+    from ccweave.synth.select import best_plan
+
+    plan = best_plan(topo, kind, root=args.root, progress=_output.progress_printer())
+    plan_io.save(plan, args.output)
+    ranges = [(format_size(e.min_bytes), "inf" if e.max_bytes is None
+               else format_size(e.max_bytes), e.schedule.name) for e in plan.entries]
+    if args.json:
+        _output.print_json({"plan": plan.name, "output": args.output, "verified": True,
+                            "entries": [{"min_bytes": e.min_bytes, "max_bytes": e.max_bytes,
+                                         "schedule": e.schedule.name} for e in plan.entries]})
+    else:
+        _output.print_table(f"{plan.name}: fastest simulated schedule per size (each verified)",
+                            ["from", "below", "schedule"], ranges)
+        _output.console.print(f"wrote {args.output}")
     return 0
