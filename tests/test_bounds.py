@@ -360,3 +360,15 @@ def test_bad_inputs():
         lower_bound(topology, "allgather", -1)
     with pytest.raises(InputError, match="unknown collective"):
         lower_bound(topology, "allscatter", M)
+
+
+def test_sendrecv_bound_is_the_pair_max_flow() -> None:
+    from ccweave.topology import zoo
+
+    mist = lower_bound(zoo.get("mist"), Kind.SENDRECV, 2**30, root=0, peer=1)
+    assert mist.algbw == pytest.approx(150e9)  # direct NVLink + the host path, 75 GB/s each
+    assert mist.latency_s == pytest.approx(0.7e-6)
+    cedar = lower_bound(zoo.get("cedar"), Kind.SENDRECV, 2**30, root=0, peer=1)
+    assert cedar.algbw == pytest.approx(50e9 + 2 * 50e9 + 16e9)  # direct, 2 peers, PCIe
+    with pytest.raises(InputError, match="other than the sender"):
+        lower_bound(zoo.get("mist"), Kind.SENDRECV, 1, root=1, peer=1)

@@ -105,6 +105,7 @@ class _Term:
 
 
 def lower_bound(topology: Topology, kind: Kind | str, size_bytes: float, root: int = 0, *,
+                peer: int | None = None,
                 alltoall_lp_limit: int = ALLTOALL_LP_LIMIT) -> Bound:
     """A lower bound on the time of collective ``kind`` of ``size_bytes`` on ``topology``.
 
@@ -114,7 +115,8 @@ def lower_bound(topology: Topology, kind: Kind | str, size_bytes: float, root: i
     kind : the collective (``Kind`` or its name).
     size_bytes : nccl-tests' size: output of allgather/gather, input of
         reduce-scatter/scatter/alltoall, the buffer of allreduce/broadcast/reduce.
-    root : the root of broadcast, reduce, gather and scatter.
+    root : the root of broadcast, reduce, gather and scatter; the sender of sendrecv.
+    peer : the receiver of sendrecv (default ``root + 1``).
     alltoall_lp_limit : largest alltoall LP (ranks x links) to solve before falling back
         to the cut bound.
 
@@ -133,8 +135,14 @@ def lower_bound(topology: Topology, kind: Kind | str, size_bytes: float, root: i
     kind = Kind.parse(kind)
     size = _checked_size(size_bytes)
     root = _checked_root(topology, kind, root)
-    term = _bandwidth_term(topology, kind, root, alltoall_lp_limit)
-    latency = latency_bound(topology, kind, root) if size > 0 else 0.0
+    if kind is Kind.SENDRECV:
+        peer = _checked_peer(topology, root, peer)
+        term = _cached(topology, ("sendrecv", root, peer),
+                       lambda: _pair_term(topology, root, peer))
+        latency = float(_alpha_distances(topology)[root, peer]) if size > 0 else 0.0
+    else:
+        term = _bandwidth_term(topology, kind, root, alltoall_lp_limit)
+        latency = latency_bound(topology, kind, root) if size > 0 else 0.0
     bandwidth = term.per_byte * size
     method = term.method if bandwidth >= latency else \
         f"latency: longest alpha path (bandwidth: {term.method})"
@@ -307,6 +315,21 @@ def _checked_size(size_bytes: float) -> float:
             and math.isfinite(size_bytes) and size_bytes >= 0):
         raise InputError(f"bound: size must be a number of bytes >= 0, got {size_bytes!r}")
     return float(size_bytes)
+
+
+def _checked_peer(topology: Topology, root: int, peer: int | None) -> int:
+    peer = (root + 1) % topology.num_ranks if peer is None else peer
+    if not topology.is_rank(peer) or peer == root:
+        raise InputError(f"bound for sendrecv on {topology.name!r}: peer {peer!r} must be a "
+                         f"rank other than the sender {root}")
+    return int(peer)
+
+
+def _pair_term(topology: Topology, src: int, dst: int) -> _Term:
+    """``M / maxflow(src, dst)``: every byte must cross the pair's minimum cut."""
+    check_ranks_connected(topology)
+    per_byte, witness = _min_root_flow(_graph(topology), src, sinks=[dst])
+    return _Term(per_byte, "sendrecv max-flow", per_byte, witness)
 
 
 def _checked_root(topology: Topology, kind: Kind, root: int) -> int:
@@ -671,8 +694,10 @@ def _best_fabric(graph: _Graph, ranks: np.ndarray, rounds: int = 6) -> np.ndarra
 # ------------------------------------------------------------------ rooted flows
 
 
-def _min_root_flow(graph: _Graph, root: int) -> tuple[float, frozenset[Node]]:
-    """``1 / min_v maxflow(root, v)`` with the min cut's source side.
+def _min_root_flow(graph: _Graph, root: int, sinks: list[int] | None = None
+                   ) -> tuple[float, frozenset[Node]]:
+    """``1 / min_v maxflow(root, v)`` over ranks ``v`` (or over ``sinks``) with the min cut's
+    source side.
 
     Capacities are scaled to integers (rounded up; clipped at the root's out-bandwidth,
     which no flow exceeds); the figure is the exact bandwidth of the cut found, a real
@@ -685,8 +710,9 @@ def _min_root_flow(graph: _Graph, root: int) -> tuple[float, frozenset[Node]]:
     net = _FlowNet(graph, with_source=False)
     net.set_capacities(np.minimum(np.ceil(graph.bw * scale), _FLOW_TOTAL).astype(np.int64))
     best_int, best_bw, best = math.inf, math.inf, np.zeros(len(graph.nodes), dtype=bool)
-    sinks = [min(r for r in members if r != root) for members in _twin_classes(graph)
-             if members != [root]]
+    if sinks is None:
+        sinks = [min(r for r in members if r != root) for members in _twin_classes(graph)
+                 if members != [root]]
     for sink in sinks:
         result = net.max_flow(root, sink)
         if result.flow_value <= best_int:
