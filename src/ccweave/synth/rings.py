@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ccweave.errors import NotApplicableError
+from ccweave.errors import NotApplicableError, TopologyError
 from ccweave.topology.model import Topology
 
 MIN_SHARE = 0.25
@@ -99,8 +99,12 @@ class _RankGraph:
 
     def __init__(self, topology: Topology, pairs: Sequence[tuple[int, int]]) -> None:
         self.topology = topology
-        self.routes = {pair: np.asarray(topology.route(*pair), dtype=np.intp)
-                       for pair in pairs}
+        self.routes: dict[tuple[int, int], np.ndarray] = {}
+        for pair in pairs:
+            try:
+                self.routes[pair] = np.asarray(topology.route(*pair), dtype=np.intp)
+            except TopologyError:  # only through another rank: not a hop a ring can take
+                continue
         self.residual = topology.bandwidths.copy()
         self._pairs = list(self.routes)
         lengths = np.array([len(r) for r in self.routes.values()], dtype=np.intp)
@@ -575,8 +579,8 @@ def _next_ring(graph: _RankGraph, search: _NodeSearch | None, members: list[int]
     reverse, reverse_share = None, 0.0
     for ring in rings:
         candidate = list(reversed(ring.order))
-        if _same_cycle(candidate, ring.order) or any(_same_cycle(candidate, r.order)
-                                                     for r in rings):
+        if not graph.has_ring(candidate) or any(_same_cycle(candidate, r.order)
+                                                for r in rings):
             continue
         share = min(graph.share(candidate), cap)
         if share > reverse_share:
