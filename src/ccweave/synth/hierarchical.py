@@ -6,7 +6,9 @@ block ``l``), allreduce of block ``l`` across the nodes among the local ranks ``
 reduce-scatter then allgather, each NIC carrying only its block), allgather inside every
 node. reduce-scatter is the first two steps (intra-node reduce-scatter of the column of
 blocks that end on local rank ``l``, then an inter-node reduce-scatter); allgather is the
-mirror (inter-node allgather, then intra-node allgather of what came in).
+mirror (inter-node allgather while each rank's own block goes round its node, then an
+intra-node allgather of what came in). Every chunk is a pipeline piece, so the levels
+overlap.
 """
 
 from __future__ import annotations
@@ -22,17 +24,16 @@ from ccweave.synth.ring import (
     OUT,
     SPLIT_TOLERANCE,
     Chains,
+    Lane,
     Slot,
+    channel_lanes,
     initial_holders,
-    split,
     split_time,
 )
 from ccweave.synth.rings import Ring, find_rings
 from ccweave.topology.model import Topology
 
 KINDS = frozenset({Kind.ALLREDUCE, Kind.ALLGATHER, Kind.REDUCESCATTER})
-
-Lane = tuple[Ring, range, int]
 
 
 def node_groups(topology: Topology) -> list[tuple[int, ...]]:
@@ -72,12 +73,6 @@ def _same_hops(topology: Topology, ring: Ring, twin: Ring) -> bool:
     return True
 
 
-def _lanes(rings: list[Ring], chunks: int, first_channel: int) -> list[Lane]:
-    spans = split(chunks, [ring.bandwidth for ring in rings])
-    used = [(ring, span) for ring, span in zip(rings, spans) if span]
-    return [(ring, span, first_channel + k) for k, (ring, span) in enumerate(used)]
-
-
 PIECES = 16
 """Default chunks per rank are at least this many: each chunk is a piece of the pipeline
 from level to level (intra-node, inter-node, intra-node)."""
@@ -103,9 +98,9 @@ class _Plan:
         self.nodes = nodes
         self.g, self.k = len(nodes[0]), len(nodes)
         self.c = chunks
-        self.intra = [_lanes(rings, chunks, 0) for rings in intra]
+        self.intra = [channel_lanes(rings, chunks, 0) for rings in intra]
         first = max(len(lanes) for lanes in self.intra)
-        self.inter = [_lanes(rings, chunks, first) for rings in inter]
+        self.inter = [channel_lanes(rings, chunks, first) for rings in inter]
 
     def column(self, local: int) -> list[int]:
         return [node[local] for node in self.nodes]

@@ -201,6 +201,13 @@ Lane = tuple[Ring, range, int]
 """One channel: its ring, its span of per-rank chunk indices, its channel number."""
 
 
+def channel_lanes(rings: Sequence[Ring], chunks: int, first_channel: int = 0) -> list[Lane]:
+    """The rings that get chunks (:func:`split` by bandwidth), numbered as channels."""
+    spans = split(chunks, [ring.bandwidth for ring in rings])
+    used = [(ring, span) for ring, span in zip(rings, spans) if span]
+    return [(ring, span, first_channel + k) for k, (ring, span) in enumerate(used)]
+
+
 def _allgather(ch: Chains, lanes: list[Lane]) -> None:
     c = ch.collective.chunks_per_rank
     place = _output_at(0)
@@ -384,13 +391,12 @@ def build_ring(topology: Topology, kind: Kind, *, root: int = 0, chunks: int | N
     bandwidths = [ring.bandwidth for ring in rings]
     pipeline = PIPELINE if kind in (Kind.BROADCAST, Kind.REDUCE) else 1
     c = chunks_for(chunks, default_chunks(bandwidths) * pipeline)
-    lanes = [(ring, span, 0) for ring, span in zip(rings, split(c, bandwidths)) if span]
-    lanes = [(ring, span, channel) for channel, (ring, span, _) in enumerate(lanes)]
+    used = channel_lanes(rings, c)
     coll = Collective(kind, topology.num_ranks, c, root)
     ch = Chains(coll, initial_holders(coll))
-    BUILDERS[kind](ch, lanes)
-    return ch.build(schedule_name("ring", channels=len(lanes), chunks=c),
+    BUILDERS[kind](ch, used)
+    return ch.build(schedule_name("ring", channels=len(used), chunks=c),
                     topology=topology.name,
-                    rings=[list(ring.order) for ring, _, _ in lanes],
-                    ring_bandwidths=[ring.bandwidth for ring, _, _ in lanes],
-                    chunks_per_ring=[len(span) for _, span, _ in lanes])
+                    rings=[list(ring.order) for ring, _, _ in used],
+                    ring_bandwidths=[ring.bandwidth for ring, _, _ in used],
+                    chunks_per_ring=[len(span) for _, span, _ in used])
