@@ -232,6 +232,13 @@ def test_channels_and_metadata() -> None:
     assert synthesize(topology, "broadcast", "ring").collective.chunks_per_rank == 24
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_one_rank_is_a_local_copy(kind: Kind) -> None:
+    topology = Topology("one", 1, ())
+    schedule = verified(topology, kind, chunks=2)
+    assert all(t.is_local for t in schedule.transfers)
+
+
 def test_bad_options() -> None:
     topology = zoo.get("ring:4")
     with pytest.raises(InputError, match="channels"):

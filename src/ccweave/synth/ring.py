@@ -10,7 +10,9 @@ through scratch.
 :class:`Chains` is the engine (hierarchical strategies use it too): a chain is a path of
 ranks a set of chunks moves (copy) or accumulates (reduce) along; it tracks the slot in
 which every rank holds every chunk, adds the local copies a reduction needs, and emits
-hops in wavefront order (hop ``i`` of every chain before hop ``i+1``).
+hops in wavefront order (hop ``i`` of a chain started at step ``s`` at time ``s + i``).
+Transfers on one channel's connection run in that order, one after another (NCCL's
+FIFO slices), so pieces pipeline along a chain instead of sharing its links at once.
 """
 
 from __future__ import annotations
