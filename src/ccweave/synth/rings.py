@@ -8,13 +8,22 @@ rings use spare links: the other direction of duplex links, other NVLinks, other
 
 The search for one ring binary-searches a bandwidth threshold and looks for a Hamiltonian
 cycle among the rank pairs whose residual route bandwidth reaches it (depth-first,
-Warnsdorff order, a budget of steps). On multi-node machines (``groups["node"]`` with
-several groups) a ring visits each node's ranks contiguously: a Hamiltonian path inside
-every node, joined by one inter-node hop per node, which keeps the search small at 1024
-ranks and makes every ring cross the network once per node.
+Warnsdorff order, a budget of steps; on larger machines also a cycle cover whose cycles
+are merged, which finds rings on big meshes, tori and hypercubes). Each earlier ring
+reversed is tried first: on duplex links it is as good. On multi-node machines
+(``groups["node"]`` with several groups) a ring visits each node's ranks contiguously: a
+Hamiltonian path inside every node, joined by one inter-node hop per node, leaving each
+node through the rank (and so the NIC) used least so far; this keeps the search small at
+1024 ranks and makes every ring cross the network once per node.
+
+The whole greedy sequence runs at a few speeds (:data:`SPEEDS`: caps on a ring's share,
+so that more, slower rings can fit where full-speed rings block each other) and, on small
+single-node machines, a few tie-break orders (:data:`FLAT_ATTEMPTS`); the set with the
+most bandwidth in all wins.
 
 Stopping rule: a ring is kept only while its bandwidth is at least :data:`MIN_SHARE` of
-the first ring's; NCCL likewise drops channels much slower than the best. More than
+the first ring's (dgx1: after the four NVLink rings, a PCIe ring would get a tenth of
+the first); NCCL likewise drops channels much slower than the best. More than
 :data:`MAX_RINGS` rings (NCCL's channel limit) are never returned.
 """
 
