@@ -1,8 +1,9 @@
-"""``ccweave topo show TOPO [--plot out.png]``: what ccweave thinks the machine is."""
+"""``ccweave topo show TOPO [--plot out.png]``: what ccweave thinks the machine is;
+``ccweave topo import FILE -o topo.json`` (see _topo_import.py)."""
 
 from __future__ import annotations
 
-from ccweave.commands import _inputs, _output
+from ccweave.commands import _inputs, _output, _topo_import
 from ccweave.topology import io as topology_io
 from ccweave.units import GB_PER_S, US
 
@@ -18,6 +19,7 @@ def add_parser(subparsers) -> None:
     show.add_argument("--links", action="store_true", help="list every link")
     _output.add_json_flag(show)
     show.set_defaults(run=run_show)
+    _topo_import.add_action(actions)
 
 
 def run_show(args) -> int:
