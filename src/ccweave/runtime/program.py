@@ -1,0 +1,251 @@
+"""Compile a Schedule into per-rank programs: ordered operations with local dependencies.
+
+A transfer ``src -> dst`` becomes a SEND on ``src`` and a RECV on ``dst``; a local one
+(``src == dst``) a LOCAL op. Each rank's ops follow one global topological order of the
+schedule (lowest transfer index first), and each op depends on the earlier ops *of its
+rank* that touch the same slots (last writer; readers since the last write). Every data
+hazard is on some rank's slots, which only that rank's ops touch, so these local deps
+are all the ordering a rank needs; schedule deps across ranks are pure ordering the
+verifier already proved.
+
+No deadlock by construction: ranks issue ops in the restriction of one global order, so
+the first unfinished transfer of that order has both ends issued (its earlier ops are
+done) and can complete; the executor relies on this when it blocks on its oldest op.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ccweave.collectives import Buffer
+from ccweave.errors import InputError
+from ccweave.schedule import Op, Schedule, Transfer
+
+
+class OpKind(str, enum.Enum):
+    """What one rank does for one transfer."""
+
+    SEND = "send"
+    RECV = "recv"
+    LOCAL = "local"
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """``count`` consecutive chunks of one buffer, after in-place aliasing."""
+
+    buffer: Buffer
+    index: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One step of a rank's program.
+
+    ``transfer`` is the schedule index (and the message tag); ``peer`` the other rank
+    (the rank itself for LOCAL); ``src`` is read (SEND, LOCAL), ``dst`` written (RECV,
+    LOCAL), and ``reduce`` combines into ``dst`` instead of overwriting it; a reducing
+    RECV with a ``src`` writes ``src`` combined with the data received (a fused local
+    copy); ``deps`` index earlier ops of the same program.
+    """
+
+    kind: OpKind
+    transfer: int
+    peer: int
+    src: Slot | None
+    dst: Slot | None
+    reduce: bool
+    deps: tuple[int, ...]
+    channel: int
+
+    @property
+    def is_comm(self) -> bool:
+        return self.kind is not OpKind.LOCAL
+
+
+@dataclass(frozen=True)
+class Program:
+    """A rank's ordered operations for one schedule (what the executor runs)."""
+
+    rank: int
+    schedule: Schedule
+    ops: tuple[Operation, ...]
+
+    @property
+    def peers(self) -> tuple[int, ...]:
+        """Ranks this program exchanges messages with."""
+        return tuple(sorted({op.peer for op in self.ops if op.is_comm}))
+
+    def buffer_chunks(self, buffer: Buffer) -> int:
+        """Chunks of ``buffer`` this rank's ops touch (0 when none)."""
+        end = 0
+        for op in self.ops:
+            for slot in (op.src, op.dst):
+                if slot is not None and slot.buffer is buffer:
+                    end = max(end, slot.index + slot.count)
+        return end
+
+    def counts(self) -> dict[str, int]:
+        return {kind.value: sum(op.kind is kind for op in self.ops) for kind in OpKind}
+
+
+def priority_order(transfers: Sequence[Transfer]) -> list[int]:
+    """A topological order taking the lowest ready index first: list order when that is
+    already topological, as every builder-made schedule's is; deterministic on every rank."""
+    count = len(transfers)
+    waiting = [len(t.deps) for t in transfers]
+    children: list[list[int]] = [[] for _ in range(count)]
+    for index, transfer in enumerate(transfers):
+        for dep in transfer.deps:
+            if not 0 <= dep < count:
+                raise InputError(f"transfer {index} depends on transfer {dep}, which does not "
+                                 f"exist (the schedule has {count})")
+            children[dep].append(index)
+    ready = [i for i in range(count) if waiting[i] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        index = heapq.heappop(ready)
+        order.append(index)
+        for child in children[index]:
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                heapq.heappush(ready, child)
+    if len(order) != count:
+        raise InputError("the schedule's dependencies form a cycle; run `ccweave verify` "
+                         "on it to see where")
+    return order
+
+
+class _Hazards:
+    """Last writer and readers since, per chunk of one rank, to derive local deps."""
+
+    def __init__(self) -> None:
+        self.writer: dict[tuple[Buffer, int], int] = {}
+        self.readers: dict[tuple[Buffer, int], list[int]] = {}
+
+    def deps(self, reads: Slot | None, writes: Slot | None) -> set[int]:
+        """A reduce also reads its dst: the last-writer dep of a write covers that."""
+        found: set[int] = set()
+        for key in _chunks(reads):
+            if key in self.writer:
+                found.add(self.writer[key])
+        for key in _chunks(writes):
+            if key in self.writer:
+                found.add(self.writer[key])
+            found.update(self.readers.get(key, ()))
+        return found
+
+    def record(self, op_index: int, reads: Slot | None, writes: Slot | None) -> None:
+        for key in _chunks(reads):
+            self.readers.setdefault(key, []).append(op_index)
+        for key in _chunks(writes):
+            self.writer[key] = op_index
+            self.readers[key] = []
+
+
+def _chunks(slot: Slot | None) -> list[tuple[Buffer, int]]:
+    if slot is None:
+        return []
+    return [(slot.buffer, slot.index + k) for k in range(slot.count)]
+
+
+def compile_all(schedule: Schedule, fuse: bool = True) -> tuple[Program, ...]:
+    """Every rank's program, in one pass over the schedule.
+
+    ``fuse`` folds a local copy ``S -> D`` into the next op touching ``D`` when that op
+    receives and reduces into exactly ``D`` (and nothing writes ``S`` in between): the
+    received data is combined with ``S`` straight into ``D``, saving one pass over memory
+    (the ring's "copy my input, then add my neighbour's").
+
+    Raises ``InputError`` for a transfer naming a rank outside the collective or for a
+    dependency cycle (a schedule that passed :func:`ccweave.verify.verify` has neither).
+    """
+    coll = schedule.collective
+    n = coll.num_ranks
+    raw: list[list[_Raw]] = [[] for _ in range(n)]
+
+    def slot(rank: int, buffer: Buffer, index: int, count: int) -> Slot:
+        if schedule.in_place:
+            buffer, index = coll.in_place_alias(rank, buffer, index)
+        return Slot(buffer, index, count)
+
+    for index in priority_order(schedule.transfers):
+        t = schedule.transfers[index]
+        if not (0 <= t.src < n and 0 <= t.dst < n) or t.count < 1:
+            raise InputError(f"transfer {index} ({t.src} -> {t.dst}, count {t.count}) names a "
+                             f"rank outside 0..{n - 1} or a count below 1; run `ccweave "
+                             "verify` on the schedule")
+        src = slot(t.src, t.src_buffer, t.src_index, t.count)
+        dst = slot(t.dst, t.dst_buffer, t.dst_index, t.count)
+        reduce = t.op is Op.REDUCE
+        if t.is_local:
+            raw[t.src].append(_Raw(OpKind.LOCAL, index, t.src, src, dst, reduce, t.channel))
+        else:
+            raw[t.src].append(_Raw(OpKind.SEND, index, t.dst, src, None, False, t.channel))
+            raw[t.dst].append(_Raw(OpKind.RECV, index, t.src, None, dst, reduce, t.channel))
+    programs = []
+    for rank in range(n):
+        entries = _fuse(raw[rank]) if fuse else raw[rank]
+        hazards = _Hazards()
+        ops = []
+        for number, entry in enumerate(entries):
+            deps = hazards.deps(entry.src, entry.dst)
+            hazards.record(number, entry.src, entry.dst)
+            ops.append(Operation(entry.kind, entry.transfer, entry.peer, entry.src, entry.dst,
+                                 entry.reduce, tuple(sorted(deps)), entry.channel))
+        programs.append(Program(rank, schedule, tuple(ops)))
+    return tuple(programs)
+
+
+@dataclass(frozen=True, slots=True)
+class _Raw:
+    kind: OpKind
+    transfer: int
+    peer: int
+    src: Slot | None
+    dst: Slot | None
+    reduce: bool
+    channel: int
+
+
+def _touches(slot: Slot | None, other: Slot) -> bool:
+    return (slot is not None and slot.buffer is other.buffer
+            and slot.index < other.index + other.count and other.index < slot.index + slot.count)
+
+
+def _fuse(entries: list[_Raw]) -> list[_Raw]:
+    """Fold local copies into the receive-and-reduce that next updates their destination."""
+    out = list(entries)
+    dropped: set[int] = set()
+    for i, copy in enumerate(out):
+        if copy.kind is not OpKind.LOCAL or copy.reduce:
+            continue
+        src, dst = copy.src, copy.dst
+        assert src is not None and dst is not None
+        if src != dst and _touches(src, dst):
+            continue
+        for j in range(i + 1, len(out)):
+            other = out[j]
+            if _touches(other.src, dst) or _touches(other.dst, dst):
+                if (other.kind is OpKind.RECV and other.reduce and other.src is None
+                        and other.dst == dst):
+                    out[j] = _Raw(OpKind.RECV, other.transfer, other.peer, src, dst, True,
+                                  other.channel)
+                    dropped.add(i)
+                break
+            if _touches(other.dst, src):
+                break
+    return [entry for number, entry in enumerate(out) if number not in dropped]
+
+
+def compile_program(schedule: Schedule, rank: int) -> Program:
+    """Rank ``rank``'s program (see :func:`compile_all`)."""
+    if not 0 <= rank < schedule.num_ranks:
+        raise InputError(f"rank {rank} is not a rank of the schedule "
+                         f"(0..{schedule.num_ranks - 1})")
+    return compile_all(schedule)[rank]
