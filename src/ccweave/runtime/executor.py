@@ -1,0 +1,282 @@
+"""Run one rank's compiled program over a transport: an event loop that starts every op
+whose local deps are done, reduces received data with torch, and gives up with a
+:class:`RuntimeFault` naming the peers when nothing finishes for ``timeout`` seconds."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+
+import torch
+
+from ccweave.collectives import Buffer
+from ccweave.errors import InputError, RuntimeFault
+from ccweave.runtime.program import Operation, OpKind, Program, Slot, compile_program
+from ccweave.runtime.reduce_ops import RedOp
+from ccweave.runtime.transport.base import PeerFailure, Transport
+from ccweave.schedule import Schedule
+
+Combine = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
+_Views = list[tuple[torch.Tensor | None, torch.Tensor | None]]
+
+
+class Executor:
+    """Runs ``schedule`` as rank ``transport.rank``; reusable across calls and sizes.
+
+    Parameters
+    ----------
+    schedule: a verified schedule (in place when ``schedule.in_place``).
+    transport: how bytes move; its world size must equal the schedule's ranks.
+    timeout: seconds without any finished transfer before raising ``RuntimeFault``.
+    tag_base: added to every transfer index to form message tags.
+    """
+
+    def __init__(self, schedule: Schedule, transport: Transport, *, timeout: float = 60.0,
+                 tag_base: int = 0) -> None:
+        if transport.world_size != schedule.num_ranks:
+            raise RuntimeFault(
+                f"world size {transport.world_size} != the schedule's {schedule.num_ranks} "
+                f"ranks ({schedule.name or 'schedule'}); start {schedule.num_ranks} "
+                "processes or synthesize for this world size")
+        self.schedule = schedule
+        self.transport = transport
+        self.timeout = timeout
+        self.tag_base = tag_base
+        self.program: Program = compile_program(schedule, transport.rank)
+        ops = self.program.ops
+        self._children: list[list[int]] = [[] for _ in ops]
+        for index, op in enumerate(ops):
+            for dep in op.deps:
+                self._children[dep].append(index)
+        self._ndeps = [len(op.deps) for op in ops]
+        self._roots = [index for index, op in enumerate(ops) if not op.deps]
+        self._uses = {buffer: self.program.buffer_chunks(buffer) for buffer in Buffer}
+        self._pool: dict[tuple, list[torch.Tensor]] = {}
+        self._own: dict[tuple, torch.Tensor] = {}
+        self._bound: tuple[tuple, _Views] | None = None
+
+    # ------------------------------------------------------------ binding
+
+    def chunk_elements(self, input: torch.Tensor | None, output: torch.Tensor | None) -> int:
+        """Elements per chunk implied by the tensors given (checked against each other)."""
+        coll = self.schedule.collective
+        if self.schedule.in_place:
+            buffer = output if output is not None else input
+            if buffer is None:
+                raise InputError("an in-place run needs the buffer tensor")
+            return _split(buffer, coll.total_chunks, "in-place buffer")
+        chunk = None
+        for tensor, chunks, name in ((input, coll.input_chunks, "input"),
+                                     (output, coll.output_chunks, "output")):
+            if tensor is not None:
+                this = _split(tensor, chunks, name)
+                if chunk is not None and this != chunk:
+                    raise InputError(f"output has {output.numel()} elements but input has "
+                                     f"{input.numel()}; {coll.describe()} needs output = "
+                                     f"{coll.output_chunks}/{coll.input_chunks} x input")
+                chunk = this
+        if chunk is None:
+            raise InputError("give an input or an output tensor")
+        return chunk
+
+    def _own_buffer(self, buffer: Buffer, numel: int, like: torch.Tensor) -> torch.Tensor:
+        key = (buffer, numel, like.dtype, like.device)
+        if key not in self._own:
+            self._own[key] = torch.empty(numel, dtype=like.dtype, device=like.device)
+        return self._own[key]
+
+    def _bind(self, input: torch.Tensor | None, output: torch.Tensor | None) -> _Views:
+        key = tuple((t.data_ptr(), t.numel(), t.dtype, t.device) if t is not None else None
+                    for t in (input, output))
+        if self._bound is not None and self._bound[0] == key:
+            return self._bound[1]
+        coll = self.schedule.collective
+        chunk = self.chunk_elements(input, output)
+        like = output if output is not None else input
+        assert like is not None
+        if self.schedule.in_place:
+            input = output = like
+        flats: dict[Buffer, torch.Tensor] = {}
+        sizes = {Buffer.INPUT: coll.input_chunks, Buffer.OUTPUT: coll.output_chunks,
+                 Buffer.SCRATCH: self.schedule.scratch_chunks}
+        given = {Buffer.INPUT: input, Buffer.OUTPUT: output, Buffer.SCRATCH: None}
+        for buffer in Buffer:
+            if not self._uses[buffer]:
+                continue
+            tensor = given[buffer]
+            if tensor is None:
+                tensor = self._own_buffer(buffer, sizes[buffer] * chunk, like)
+            elif not tensor.is_contiguous():
+                raise InputError(f"the {buffer.value} tensor must be contiguous")
+            flats[buffer] = tensor.view(-1)
+
+        def view(slot: Slot | None) -> torch.Tensor | None:
+            if slot is None:
+                return None
+            start = slot.index * chunk
+            return flats[slot.buffer][start:start + slot.count * chunk]
+
+        views: _Views = [(view(op.src), view(op.dst)) for op in self.program.ops]
+        self._bound = (key, views)
+        return views
+
+    def release(self) -> None:
+        """Drop cached views, temporaries and scratch (they are rebuilt on the next run)."""
+        self._bound = None
+        self._pool.clear()
+        self._own.clear()
+
+    # ------------------------------------------------------------ running
+
+    def run(self, input: torch.Tensor | None, output: torch.Tensor | None = None,
+            op: RedOp | str = RedOp.SUM) -> None:
+        """Run the schedule once: ``input`` -> ``output`` (in place: pass one buffer).
+
+        Reductions use ``op``; collectives that move data ignore it. Raises
+        ``RuntimeFault`` when a peer fails or nothing finishes for ``timeout`` seconds.
+        """
+        views = self._bind(input, output)
+        combine = RedOp.parse(op).combiner()
+        if self.transport.stream_ordered:
+            self._run_ordered(views, combine)
+        else:
+            self._run_host(views, combine)
+
+    def _temp(self, like: torch.Tensor) -> torch.Tensor:
+        free = self._pool.get((like.numel(), like.dtype, like.device))
+        if free:
+            return free.pop()
+        return torch.empty(like.numel(), dtype=like.dtype, device=like.device)
+
+    def _give_back(self, temp: torch.Tensor) -> None:
+        self._pool.setdefault((temp.numel(), temp.dtype, temp.device), []).append(temp)
+
+    def _local(self, op: Operation, src: torch.Tensor, dst: torch.Tensor,
+               combine: Combine) -> None:
+        if op.reduce:
+            combine(dst, dst, src if not _overlap(src, dst) else src.clone())
+        elif src.data_ptr() != dst.data_ptr():
+            dst.copy_(src if not _overlap(src, dst) else src.clone())
+
+    def _run_host(self, views: _Views, combine: Combine) -> None:
+        ops, children, transport = self.program.ops, self._children, self.transport
+        waiting = list(self._ndeps)
+        ready = list(self._roots)
+        handles: dict[int, object] = {}
+        temps: dict[int, torch.Tensor] = {}
+        finished = 0
+        total = len(ops)
+        tag = self.tag_base
+        while finished < total:
+            while ready:
+                index = heapq.heappop(ready)
+                op = ops[index]
+                src, dst = views[index]
+                if op.kind is OpKind.LOCAL:
+                    self._local(op, src, dst, combine)
+                    finished += 1
+                    for child in children[index]:
+                        waiting[child] -= 1
+                        if not waiting[child]:
+                            heapq.heappush(ready, child)
+                elif op.kind is OpKind.SEND:
+                    handles[index] = transport.isend(src, op.peer, tag + op.transfer)
+                elif op.reduce:
+                    temp = temps[index] = self._temp(dst)
+                    handles[index] = transport.irecv(temp, op.peer, tag + op.transfer)
+                else:
+                    handles[index] = transport.irecv(dst, op.peer, tag + op.transfer)
+            if finished == total:
+                break
+            order = sorted(handles)
+            try:
+                done = transport.wait_some([handles[i] for i in order], self.timeout)
+            except PeerFailure as failure:
+                raise self._peer_fault(ops[order[failure.position]], failure.detail) from None
+            if not done:
+                raise self._stall(order)
+            for position in done:
+                index = order[position]
+                del handles[index]
+                temp = temps.pop(index, None)
+                if temp is not None:
+                    base, dst = views[index]
+                    combine(dst, dst if base is None else base, temp)
+                    self._give_back(temp)
+                finished += 1
+                for child in children[index]:
+                    waiting[child] -= 1
+                    if not waiting[child]:
+                        heapq.heappush(ready, child)
+
+    def _run_ordered(self, views: _Views, combine: Combine) -> None:
+        """Stream-ordered transports: issue in program order; a dependency on a message
+        becomes a stream wait, and a received reduction is applied when first needed."""
+        transport, tag = self.transport, self.tag_base
+        handles: dict[int, object] = {}
+        temps: dict[int, torch.Tensor] = {}
+
+        def settle(index: int) -> None:
+            handle = handles.pop(index, None)
+            if handle is None:
+                return
+            transport.order_after(handle)
+            temp = temps.pop(index, None)
+            if temp is not None:
+                base, dst = views[index]
+                combine(dst, dst if base is None else base, temp)
+                self._give_back(temp)
+
+        for index, op in enumerate(self.program.ops):
+            for dep in op.deps:
+                settle(dep)
+            src, dst = views[index]
+            if op.kind is OpKind.LOCAL:
+                self._local(op, src, dst, combine)
+            elif op.kind is OpKind.SEND:
+                handles[index] = transport.isend(src, op.peer, tag + op.transfer)
+            elif op.reduce:
+                temp = temps[index] = self._temp(dst)
+                handles[index] = transport.irecv(temp, op.peer, tag + op.transfer)
+            else:
+                handles[index] = transport.irecv(dst, op.peer, tag + op.transfer)
+        for index in sorted(handles):
+            settle(index)
+
+    # ------------------------------------------------------------ faults
+
+    def _peer_fault(self, op: Operation, detail: str) -> RuntimeFault:
+        rank, peer = self.transport.rank, op.peer
+        self.transport.report_loss(peer)
+        direction = "to" if op.kind is OpKind.SEND else "from"
+        return RuntimeFault(
+            f"rank {rank}: {self.transport.explain_loss(peer)}; {op.kind.value} of transfer "
+            f"{op.transfer} {direction} rank {peer} failed ({detail})")
+
+    def _stall(self, pending: list[int]) -> RuntimeFault:
+        ops = self.program.ops
+        peers = sorted({ops[i].peer for i in pending})
+        first = ops[pending[0]]
+        direction = "to" if first.kind is OpKind.SEND else "from"
+        return RuntimeFault(
+            f"rank {self.transport.rank}: no transfer finished in {self.timeout:g} s; "
+            f"waiting on {len(pending)} transfer(s) with rank(s) "
+            f"{', '.join(map(str, peers))} (first: {first.kind.value} of transfer "
+            f"{first.transfer} {direction} rank {first.peer}); a peer hung or died, or "
+            "messages are slower than the timeout (raise --timeout)")
+
+
+def _split(tensor: torch.Tensor, chunks: int, name: str) -> int:
+    numel = tensor.numel()
+    if numel < chunks or numel % chunks:
+        raise InputError(f"the {name} tensor has {numel} elements, which do not split into "
+                         f"{chunks} equal chunks; use a multiple of {chunks} elements")
+    return numel // chunks
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    a1, b1 = a0 + a.numel() * a.element_size(), b0 + b.numel() * b.element_size()
+    return a0 != b0 and a0 < b1 and b0 < a1

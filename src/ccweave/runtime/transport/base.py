@@ -1,0 +1,76 @@
+"""The transport interface the executor drives: post sends and receives, learn which
+finished. Transports know nothing of schedules (NCCL's ``transport/`` layer)."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+
+import torch
+
+
+class PeerFailure(Exception):
+    """A posted send or receive failed; ``position`` indexes the handles waited on."""
+
+    def __init__(self, position: int, detail: str) -> None:
+        super().__init__(detail)
+        self.position = position
+        self.detail = detail
+
+
+class Transport(abc.ABC):
+    """Point-to-point messages between the ``world_size`` ranks of one job.
+
+    Host-driven transports (gloo, MPI) complete handles seen through :meth:`wait_some`;
+    stream-ordered ones (NCCL) run operations on device streams in issue order, and the
+    executor orders later work after a handle with :meth:`order_after` instead.
+    """
+
+    name: str = "transport"
+    stream_ordered: bool = False
+
+    def __init__(self, rank: int, world_size: int, device: torch.device) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.device = device
+
+    @abc.abstractmethod
+    def isend(self, tensor: torch.Tensor, peer: int, tag: int) -> object:
+        """Start sending a contiguous tensor; returns a handle."""
+
+    @abc.abstractmethod
+    def irecv(self, tensor: torch.Tensor, peer: int, tag: int) -> object:
+        """Start receiving into a contiguous tensor; returns a handle."""
+
+    @abc.abstractmethod
+    def wait_some(self, handles: Sequence[object], timeout: float) -> list[int]:
+        """Positions of handles that finished (at least one), or ``[]`` after ``timeout``
+        seconds without any; ``handles`` come oldest first. Raises :class:`PeerFailure`."""
+
+    def order_after(self, handle: object) -> None:
+        """Stream-ordered transports: make later device work wait for ``handle``."""
+        raise NotImplementedError
+
+    def wait_all(self, handles: Sequence[object], timeout: float) -> None:
+        """Stream-ordered transports: block the host until every handle finished."""
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def barrier(self) -> None:
+        """Every rank reaches this point before any leaves it."""
+
+    @abc.abstractmethod
+    def sum_values(self, values: Sequence[float]) -> list[float]:
+        """Element-wise sum of small float vectors over ranks (timings, error counts)."""
+
+    def explain_loss(self, peer: int) -> str:
+        """Why ``peer`` went away, as far as this transport can tell (see faults.py)."""
+        return f"peer rank {peer} stopped (it died or failed; see its own error)"
+
+    def report_loss(self, peer: int) -> None:
+        """Tell the job this rank lost ``peer``, so others can name the root cause."""
+        del peer  # transports without a job-wide store have nowhere to say it
+
+    def close(self) -> None:
+        """Release what the transport holds (nothing, unless a transport says otherwise)."""
+        return None
