@@ -1,0 +1,197 @@
+"""``ccweave run TOPO COLLECTIVE --strategy S --nproc N --sizes ...``: execute a schedule
+on real processes, check every element, print nccl-tests rows.
+
+Started by hand it launches ``--nproc`` local ranks (gloo/NCCL) or ``mpirun`` (MPI);
+started by torchrun or mpirun it joins that job as one rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+from ccweave import plan as plan_io
+from ccweave.commands import _inputs, _output
+from ccweave.errors import InputError, RuntimeFault
+from ccweave.plan import Plan
+from ccweave.synth.registry import strategies
+from ccweave.units import format_size
+from ccweave.verify import verify
+
+ORDER = 80
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "run", help="execute a schedule on real processes (gloo, NCCL, MPI), nccl-tests rows",
+        description="Run a schedule for real and check every element. By hand it starts "
+                    "--nproc local ranks; under torchrun or mpirun it joins the job.")
+    parser.add_argument("topology", nargs="?", help=_inputs.TOPO_HELP)
+    parser.add_argument("collective", nargs="?",
+                        help="allgather, reducescatter, allreduce, alltoall, broadcast, "
+                             "reduce, gather, scatter")
+    parser.add_argument("--strategy", default="ring",
+                        help=f"one of: {', '.join(strategies())} (default ring)")
+    parser.add_argument("--chunks", type=int, help="chunks per rank (default: the strategy's)")
+    parser.add_argument("--root", type=int, default=0, help="root of rooted collectives")
+    parser.add_argument("--option", action="append", metavar="KEY=VALUE",
+                        help="a strategy option, e.g. channels=2 (repeatable)")
+    parser.add_argument("--schedule", metavar="FILE",
+                        help="run this schedule or plan (JSON, or MSCCL XML) instead of "
+                             "synthesizing one")
+    parser.add_argument("--nproc", type=int,
+                        help="local ranks to start (default: the schedule's ranks)")
+    parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl", "mpi"),
+                        help="gloo (CPU), nccl (GPU) or mpi (mpi4py under mpirun)")
+    parser.add_argument("--sizes", default="1KB:64MB", help="e.g. 1KB:64MB or 1MB,64MB")
+    parser.add_argument("--dtype", default="float32",
+                        help="float32, float16, bfloat16, int32, int64 (default float32)")
+    parser.add_argument("--op", default="sum", help="sum, prod, max, min (reductions)")
+    parser.add_argument("--iters", type=int, default=20, help="timed iterations per size")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed iterations first")
+    parser.add_argument("--modes", default="both", choices=("both", "out", "in"),
+                        help="out of place, in place, or both (default)")
+    parser.add_argument("--no-check", dest="check", action="store_false",
+                        help="skip the element-by-element check")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds without progress before a rank gives up (default 60)")
+    parser.add_argument("--verified", action="store_true", help=argparse.SUPPRESS)
+    _output.add_json_flag(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from ccweave.runtime.job import check_backend, detect
+
+    job = detect()
+    check_backend(args.backend, job if job is not None and job.launcher != "ccweave" else None)
+    options = _options(args)
+    sizes = _inputs.sizes(args.sizes)
+    plan = _plan(args)
+    ranks = plan.collective.num_ranks
+    if job is None:
+        nproc = args.nproc if args.nproc is not None else ranks
+        if nproc != ranks:
+            raise RuntimeFault(f"--nproc {nproc} != the schedule's {ranks} ranks; use --nproc "
+                               f"{ranks} or a topology with {nproc} ranks")
+        return _launch(args, plan, nproc)
+    if job.world_size != ranks:
+        raise RuntimeFault(f"world size {job.world_size} (from {job.launcher}) != the "
+                           f"schedule's {ranks} ranks; start {ranks} processes")
+    return _work(args, job, plan, sizes, options)
+
+
+def _options(args):
+    from ccweave.runtime.bench import Options, parse_dtype
+    from ccweave.runtime.reduce_ops import RedOp
+
+    if args.iters < 1 or args.warmup < 0:
+        raise InputError("--iters must be >= 1 and --warmup >= 0")
+    if args.timeout <= 0:
+        raise InputError("--timeout must be positive seconds")
+    modes = {"both": (False, True), "out": (False,), "in": (True,)}[args.modes]
+    return Options(parse_dtype(args.dtype), RedOp.parse(args.op), args.iters, args.warmup,
+                   args.check, modes, args.timeout)
+
+
+def _plan(args) -> Plan:
+    if args.schedule:
+        path = Path(args.schedule)
+        plan = (Plan.single(_inputs.load_schedule(str(path))) if path.suffix.lower() == ".xml"
+                else plan_io.load(path))
+        if not args.verified:
+            for entry in plan.entries:
+                verify(entry.schedule)
+        return plan
+    if not args.topology or not args.collective:
+        raise InputError("give TOPOLOGY and COLLECTIVE (e.g. `ccweave run ring:4 allreduce`), "
+                         "or --schedule FILE")
+    from ccweave.compare import build_verified
+
+    topo = _inputs.topology(args.topology)
+    schedule = build_verified(topo, _inputs.kind(args.collective), args.strategy,
+                              root=args.root, chunks=args.chunks,
+                              **_inputs.strategy_options(args.option))
+    return Plan.single(schedule)
+
+
+def _worker_argv(args, path: str) -> list[str]:
+    argv = ["run", "--schedule", path, "--verified", "--backend", args.backend,
+            "--sizes", args.sizes, "--dtype", args.dtype, "--op", args.op,
+            "--iters", str(args.iters), "--warmup", str(args.warmup), "--modes", args.modes,
+            "--timeout", str(args.timeout)]
+    if not args.check:
+        argv.append("--no-check")
+    if args.json:
+        argv.append("--json")
+    return argv
+
+
+def _launch(args, plan: Plan, nproc: int) -> int:
+    from ccweave.runtime.launch import launch_local, launch_mpi
+
+    with tempfile.TemporaryDirectory(prefix="ccweave-run-") as folder:
+        path = os.path.join(folder, "plan.json")
+        plan_io.save(plan, path)
+        argv = _worker_argv(args, path)
+        if args.backend == "mpi":
+            return launch_mpi(argv, nproc)
+        return launch_local(argv, nproc)
+
+
+def _work(args, job, plan: Plan, sizes: list[int], options) -> int:
+    from ccweave.runtime.bench import measure
+    from ccweave.runtime.job import connect, disconnect
+    from ccweave.runtime.launch import WRONG_EXIT, die_with_parent
+
+    die_with_parent()
+    transport = connect(args.backend, job, args.timeout)
+    try:
+        progress = _output.progress_printer() if job.rank == 0 and not args.json else None
+        rows = measure(plan, transport, sizes, options, progress)
+        transport.barrier()
+    finally:
+        disconnect(transport)
+    if job.rank == 0:
+        _print(args, plan, transport.name, job.world_size, rows)
+    wrong = sum((mode.wrong or 0) for row in rows for mode in (row.out_of_place, row.in_place))
+    if not wrong:
+        return 0
+    return WRONG_EXIT if job.launcher == "ccweave" else 1
+
+
+def _print(args, plan: Plan, backend: str, ranks: int, rows) -> None:
+    modes = [mode for row in rows for mode in (row.out_of_place, row.in_place)
+             if mode.busbw_GBps is not None]
+    avg = sum(m.busbw_GBps for m in modes) / len(modes) if modes else 0.0
+    coll = plan.collective
+    if args.json:
+        _output.print_json({"plan": plan.name, "collective": coll.kind.value, "ranks": ranks,
+                            "backend": backend, "iters": args.iters,
+                            "rows": [row.to_dict() for row in rows], "avg_busbw_GBps": avg})
+        return
+    cells = []
+    skipped: dict[str, str] = {}
+    for row in rows:
+        line: list[object] = [format_size(row.size_bytes), row.count, row.type, row.redop,
+                              row.root]
+        for name, mode in (("out-of-place", row.out_of_place), ("in-place", row.in_place)):
+            if mode.skipped is not None:
+                skipped.setdefault(name, mode.skipped)
+                line += ["n/a"] * 4
+            else:
+                line += [mode.time_us, mode.algbw_GBps, mode.busbw_GBps,
+                         "-" if mode.wrong is None else mode.wrong]
+        cells.append(line)
+    _output.print_table(
+        f"{plan.name or 'plan'}: {coll.describe()} over {backend}, {args.iters} iters "
+        "(out-of-place | in-place)",
+        ["size", "count", "type", "redop", "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
+         "#wrong", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"], cells)
+    for name, reason in skipped.items():
+        _output.console.print(f"[dim]{name}: {reason}[/]")
+    _output.console.print(f"# Avg bus bandwidth    : {avg:.3f} GB/s")
+    total = sum(m.wrong or 0 for row in rows for m in (row.out_of_place, row.in_place))
+    _output.console.print(f"# Wrong elements       : {total}" + ("" if total else " (OK)"))

@@ -1,0 +1,177 @@
+"""nccl-tests-style measurement of executed schedules: for each size, check every element
+once, then time warm iterations, out of place and in place.
+
+Times are averaged over ranks (nccl-tests' default), ``#wrong`` summed over ranks;
+``algbw = size / time``, ``busbw = algbw * factor`` (see :attr:`Collective.busbw_factor`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+from ccweave.collectives import Collective
+from ccweave.errors import CCWeaveError, InputError
+from ccweave.plan import Plan
+from ccweave.runtime import reference
+from ccweave.runtime.executor import Executor
+from ccweave.runtime.inplace import in_place as in_place_variant
+from ccweave.runtime.layout import Layout, layout_for_bytes
+from ccweave.runtime.reduce_ops import RedOp
+from ccweave.runtime.transport.base import Transport
+from ccweave.schedule import Schedule
+
+DTYPES = {"float32": torch.float32, "float": torch.float32, "float16": torch.float16,
+          "half": torch.float16, "bfloat16": torch.bfloat16, "int32": torch.int32,
+          "int": torch.int32, "int64": torch.int64, "float64": torch.float64,
+          "double": torch.float64}
+"""dtype names accepted; nccl-tests' spellings print (``float``, ``half``, ...)."""
+_NCCL_NAMES = {torch.float32: "float", torch.float16: "half", torch.bfloat16: "bfloat16",
+               torch.int32: "int32", torch.int64: "int64", torch.float64: "double"}
+
+
+def parse_dtype(text: str | torch.dtype) -> torch.dtype:
+    if isinstance(text, torch.dtype):
+        return text
+    try:
+        return DTYPES[str(text).lower().removeprefix("torch.")]
+    except KeyError:
+        raise InputError(f"dtype {text!r}: choose one of float32, float16, bfloat16, int32, "
+                         "int64, float64") from None
+
+
+def type_name(dtype: torch.dtype) -> str:
+    return _NCCL_NAMES.get(dtype, str(dtype).removeprefix("torch."))
+
+
+@dataclass(frozen=True)
+class Result:
+    """One mode (out of place or in place) at one size; ``skipped`` says why it did not run."""
+
+    time_us: float | None = None
+    algbw_GBps: float | None = None
+    busbw_GBps: float | None = None
+    wrong: int | None = None
+    skipped: str | None = None
+
+
+@dataclass(frozen=True)
+class Row:
+    """One nccl-tests row: ``size count type redop root``, then both modes."""
+
+    size_bytes: int
+    count: int
+    type: str
+    redop: str
+    root: int
+    schedule: str
+    out_of_place: Result
+    in_place: Result
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to measure: ``iters`` timed runs after ``warmup``; ``check`` every element."""
+
+    dtype: torch.dtype = torch.float32
+    op: RedOp = RedOp.SUM
+    iters: int = 20
+    warmup: int = 5
+    check: bool = True
+    modes: tuple[bool, ...] = (False, True)
+    """Which modes to run: ``False`` out of place, ``True`` in place."""
+    timeout: float = 60.0
+
+
+class Runner:
+    """Executors per schedule and mode, built on first use; one per process and plan."""
+
+    def __init__(self, plan: Plan | Schedule, transport: Transport, options: Options) -> None:
+        self.plan = Plan.single(plan) if isinstance(plan, Schedule) else plan
+        self.transport = transport
+        self.options = options
+        self._executors: dict[tuple[int, bool], Executor | str] = {}
+
+    def executor(self, schedule: Schedule, in_place: bool) -> Executor | str:
+        """The executor, or why this schedule cannot run in this mode."""
+        key = (id(schedule), in_place)
+        if key not in self._executors:
+            try:
+                variant = in_place_variant(schedule) if in_place else schedule
+                self._executors[key] = Executor(variant, self.transport,
+                                                timeout=self.options.timeout)
+            except CCWeaveError as error:
+                if not in_place:
+                    raise
+                self._executors[key] = str(error)
+        return self._executors[key]
+
+    def row(self, size_bytes: int, progress: Callable[[str], None] | None = None) -> Row:
+        opts = self.options
+        schedule = self.plan.schedule_for(size_bytes)
+        coll = schedule.collective
+        layout = layout_for_bytes(coll, size_bytes, opts.dtype.itemsize)
+        results = {}
+        for mode in (False, True):
+            if mode not in opts.modes:
+                results[mode] = Result(skipped="not requested")
+                continue
+            executor = self.executor(schedule, mode)
+            if isinstance(executor, str):
+                results[mode] = Result(skipped=executor)
+                continue
+            if progress:
+                progress(f"{layout.size_bytes(opts.dtype.itemsize)} bytes "
+                         f"{'in place' if mode else 'out of place'}")
+            results[mode] = self._measure(executor, layout, mode)
+        reduction = coll.kind.is_reduction
+        return Row(layout.size_bytes(opts.dtype.itemsize), layout.count, type_name(opts.dtype),
+                   opts.op.value if reduction else "none",
+                   coll.root if coll.kind.is_rooted else -1, schedule.name,
+                   results[False], results[True])
+
+    def _measure(self, executor: Executor, layout: Layout, in_place: bool) -> Result:
+        opts, transport = self.options, self.transport
+        coll: Collective = executor.schedule.collective
+        rank = transport.rank
+        data, out = reference.make_buffers(coll, rank, layout, opts.dtype, opts.op, in_place,
+                                           transport.device)
+        executor.run(data, None if in_place else out, opts.op)
+        wrong = 0
+        if opts.check:
+            _synchronize(transport.device)
+            wrong = reference.count_wrong(coll, rank, layout, out, opts.op, in_place)
+        for _ in range(opts.warmup):
+            executor.run(data, None if in_place else out, opts.op)
+        transport.barrier()
+        _synchronize(transport.device)
+        start = time.perf_counter()
+        for _ in range(opts.iters):
+            executor.run(data, None if in_place else out, opts.op)
+        _synchronize(transport.device)
+        elapsed = (time.perf_counter() - start) / max(1, opts.iters)
+        total_time, total_wrong = transport.sum_values([elapsed, float(wrong)])
+        seconds = total_time / transport.world_size
+        size = layout.size_bytes(opts.dtype.itemsize)
+        algbw = size / seconds / 1e9 if seconds > 0 else float("inf")
+        return Result(seconds * 1e6, algbw, algbw * coll.busbw_factor,
+                      int(total_wrong) if opts.check else None)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(plan: Plan | Schedule, transport: Transport, sizes: Sequence[int],
+            options: Options | None = None,
+            progress: Callable[[str], None] | None = None) -> list[Row]:
+    """Rows for every size (every rank must call this with the same arguments)."""
+    runner = Runner(plan, transport, options or Options())
+    return [runner.row(size, progress) for size in sizes]

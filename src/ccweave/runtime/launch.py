@@ -1,0 +1,241 @@
+"""Start N local ranks and supervise them: if one fails, the others get a grace period to
+report what they saw, then the whole process group is stopped; Ctrl-C or SIGTERM stops
+it too. No rank outlives the launcher (each asks the kernel to kill it if its parent
+dies), so an error never leaves orphans.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from ccweave.errors import RuntimeFault
+from ccweave.runtime.job import HOSTED_STORE, LAUNCHER_PID
+
+WRONG_EXIT = 3
+"""A rank's exit code when it ran but found wrong elements (the launcher then returns 1)."""
+GRACE_S = 10.0
+"""After the first rank fails, how long the others may take to report before being stopped."""
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one rank ended: its exit code (negative: killed by that signal)."""
+
+    rank: int
+    code: int
+
+    @property
+    def died(self) -> bool:
+        """Killed by a signal or ended other than by success (0), a ccweave error (2) or
+        wrong elements (:data:`WRONG_EXIT`): a crash."""
+        return self.code not in (0, 2, WRONG_EXIT)
+
+    def describe(self) -> str:
+        if self.code < 0:
+            try:
+                name = signal.Signals(-self.code).name
+            except ValueError:
+                name = f"signal {-self.code}"
+            return f"rank {self.rank} was killed by {name}"
+        return f"rank {self.rank} exited with code {self.code}"
+
+
+def die_with_parent() -> None:
+    """In a rank started by the launcher: ask Linux to kill this process when the launcher
+    dies, and exit now if it already has."""
+    parent = os.environ.get(LAUNCHER_PID)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != int(parent):
+        os._exit(1)
+
+
+class _Signals:
+    """Turn SIGINT/SIGTERM into a flag while supervising (restored afterwards)."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._old: dict[int, object] = {}
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.received = signum
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def _stop(group: int, procs: Sequence[subprocess.Popen], wait_s: float = 3.0) -> None:
+    """SIGTERM the process group, then SIGKILL whatever is left after ``wait_s``."""
+    for sig, pause in ((signal.SIGTERM, wait_s), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, sig)
+        deadline = time.monotonic() + pause
+        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+            time.sleep(0.02)
+        if all(p.poll() is not None for p in procs):
+            # the group may still hold grandchildren: make sure they go too
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGKILL)
+            return
+
+
+def _spawn(command: Sequence[str], env: dict[str, str], group: int | None,
+           **kwargs: object) -> subprocess.Popen:
+    if sys.version_info >= (3, 11):
+        return subprocess.Popen(command, env=env, process_group=group or 0, **kwargs)
+    target = group or 0
+    return subprocess.Popen(command, env=env, preexec_fn=lambda: os.setpgid(0, target),
+                            **kwargs)
+
+
+def launch_local(argv: Sequence[str], nproc: int, *, grace: float = GRACE_S,
+                 threads: int | None = None, module: str = "ccweave.cli") -> int:
+    """Run ``python -m MODULE ARGV`` as ``nproc`` ranks of one job on this host
+    (torch.distributed rendezvous on a store the launcher hosts) and supervise them.
+
+    Returns 0 when every rank succeeded, 1 when ranks found wrong elements; raises
+    ``RuntimeFault`` naming the rank that died, or on Ctrl-C.
+    """
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", 0, nproc, is_master=True, wait_for_workers=False,
+                          timeout=timedelta(seconds=60))
+    base = dict(os.environ)
+    base.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port),
+                 "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
+                 HOSTED_STORE: "1", LAUNCHER_PID: str(os.getpid())})
+    if "OMP_NUM_THREADS" not in base:
+        base["OMP_NUM_THREADS"] = str(threads or max(1, (os.cpu_count() or 1) // nproc))
+    command = [sys.executable, "-m", module, *argv]
+    procs: list[subprocess.Popen] = []
+    with _Signals() as signals:
+        try:
+            for rank in range(nproc):
+                env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank))
+                procs.append(_spawn(command, env, procs[0].pid if procs else None))
+            return _supervise(procs, signals, grace)
+        finally:
+            if procs:
+                _stop(procs[0].pid, procs)
+            del store
+
+
+def _supervise(procs: Sequence[subprocess.Popen], signals: _Signals, grace: float) -> int:
+    first_failure: float | None = None
+    while True:
+        codes = [p.poll() for p in procs]
+        if signals.received is not None:
+            _stop(procs[0].pid, procs)
+            raise RuntimeFault(f"interrupted ({signal.Signals(signals.received).name}); "
+                               f"stopped all {len(procs)} ranks")
+        if all(code is not None for code in codes):
+            break
+        if first_failure is None and any(code not in (None, 0) for code in codes):
+            first_failure = time.monotonic()
+        if first_failure is not None and time.monotonic() - first_failure > grace:
+            _stop(procs[0].pid, procs)
+            break
+        time.sleep(0.02)
+    outcomes = [Outcome(rank, p.returncode) for rank, p in enumerate(procs)]
+    return _verdict(outcomes)
+
+
+def _verdict(outcomes: Sequence[Outcome]) -> int:
+    if all(o.code == 0 for o in outcomes):
+        return 0
+    died = [o for o in outcomes if o.died]
+    if died:
+        others = [o.rank for o in outcomes if not o.died and o.code != 0]
+        tail = (f"; rank(s) {', '.join(map(str, others))} stopped with the errors above"
+                if others else "")
+        raise RuntimeFault("; ".join(o.describe() for o in died) + tail)
+    failed = [o.rank for o in outcomes if o.code == 2]
+    if failed:
+        raise RuntimeFault(f"rank(s) {', '.join(map(str, failed))} failed (errors above)")
+    return 1
+
+
+# ------------------------------------------------------------------ mpirun
+
+_MPI_RANK_RE = re.compile(r"process rank (\d+)")
+
+
+def mpirun_command(nproc: int, argv: Sequence[str], module: str = "ccweave.cli") -> list[str]:
+    """``mpirun`` for ``nproc`` local ranks running ``python -m MODULE ARGV``."""
+    command = ["mpirun", "-np", str(nproc), "--oversubscribe"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        command.append("--allow-run-as-root")
+    return [*command, sys.executable, "-m", module, *argv]
+
+
+def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
+               module: str = "ccweave.cli") -> int:
+    """Run ``ARGV`` under ``mpirun -np nproc`` and supervise it like :func:`launch_local`:
+    mpirun stops the job when a rank dies; this names that rank from mpirun's report."""
+    env = dict(os.environ)
+    if "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = str(threads or max(1, (os.cpu_count() or 1) // nproc))
+    try:
+        proc = _spawn(mpirun_command(nproc, argv, module), env, None, stderr=subprocess.PIPE,
+                      text=True, errors="replace")
+    except FileNotFoundError:
+        raise RuntimeFault("mpirun is not on PATH; install Open MPI (Debian: openmpi-bin) "
+                           "or use --backend gloo") from None
+    dead: list[str] = []
+
+    def pump() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            sys.stderr.write(line)
+            found = _MPI_RANK_RE.search(line)
+            if found and not dead:
+                dead.append(found.group(1))
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    with _Signals() as signals:
+        try:
+            while proc.poll() is None:
+                if signals.received is not None:
+                    _stop(proc.pid, [proc], wait_s=5.0)
+                    raise RuntimeFault(f"interrupted ({signal.Signals(signals.received).name});"
+                                       f" stopped mpirun and its {nproc} ranks")
+                time.sleep(0.02)
+        finally:
+            if proc.poll() is None:
+                _stop(proc.pid, [proc], wait_s=5.0)
+            else:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            reader.join(timeout=2.0)
+    code = proc.returncode
+    if code == 0:
+        return 0
+    if code == WRONG_EXIT:
+        return 1
+    if dead:
+        raise RuntimeFault(f"rank {dead[0]} died (mpirun's report above); mpirun stopped the "
+                           "other ranks")
+    raise RuntimeFault(f"mpirun exited with code {code} (errors above)")
