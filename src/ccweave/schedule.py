@@ -175,30 +175,45 @@ class ScheduleBuilder:
             dst_buffer: Buffer, dst_index: int, count: int = 1, op: Op = Op.COPY,
             channel: int = 0, after: Iterable[int] = ()) -> int:
         """Append a transfer and return its index; ``after`` adds explicit deps."""
-        deps = set(after)
-        reads = [self._key(src, src_buffer, src_index + k) for k in range(count)]
-        writes = [self._key(dst, dst_buffer, dst_index + k) for k in range(count)]
-        for key in reads:
-            if key in self._writer:
-                deps.add(self._writer[key])
-        for key in writes:
-            if key in self._writer:
-                deps.add(self._writer[key])
-            deps.update(self._readers.get(key, ()))
+        writer, readers = self._writer, self._readers
         index = len(self.transfers)
+        deps = set(after)
+        reads = self._keys(src, src_buffer, src_index, count)
+        writes = self._keys(dst, dst_buffer, dst_index, count)
+        for key in reads:
+            last = writer.get(key)
+            if last is not None:
+                deps.add(last)
+        for key in writes:
+            last = writer.get(key)
+            if last is not None:
+                deps.add(last)
+            waiting = readers.get(key)
+            if waiting:
+                deps.update(waiting)
         deps.discard(index)
         self.transfers.append(Transfer(src, dst, src_buffer, src_index, dst_buffer, dst_index,
                                        count, op, tuple(sorted(deps)), channel))
         for key in reads:
-            self._readers.setdefault(key, []).append(index)
+            waiting = readers.get(key)
+            if waiting is None:
+                readers[key] = [index]
+            else:
+                waiting.append(index)
         for key in writes:
-            self._writer[key] = index
-            self._readers[key] = []
-        if dst_buffer is Buffer.SCRATCH:
-            self.scratch_chunks = max(self.scratch_chunks, dst_index + count)
-        if src_buffer is Buffer.SCRATCH:
-            self.scratch_chunks = max(self.scratch_chunks, src_index + count)
+            writer[key] = index
+            readers[key] = []
+        if dst_buffer is Buffer.SCRATCH and dst_index + count > self.scratch_chunks:
+            self.scratch_chunks = dst_index + count
+        if src_buffer is Buffer.SCRATCH and src_index + count > self.scratch_chunks:
+            self.scratch_chunks = src_index + count
         return index
+
+    def _keys(self, rank: int, buffer: Buffer, start: int,
+              count: int) -> list[tuple[int, Buffer, int]]:
+        if self.in_place:
+            return [self._key(rank, buffer, start + k) for k in range(count)]
+        return [(rank, buffer, start + k) for k in range(count)]
 
     def copy(self, src: int, dst: int, src_slot: tuple[Buffer, int],
              dst_slot: tuple[Buffer, int], count: int = 1, channel: int = 0,

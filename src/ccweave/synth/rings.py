@@ -30,6 +30,7 @@ the first); NCCL likewise drops channels much slower than the best. More than
 from __future__ import annotations
 
 import random
+import weakref
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -504,7 +505,25 @@ def find_rings(topology: Topology, max_rings: int | None = None, *,
         first ring's.
 
     Raises ``NotApplicableError`` when the routable rank graph has no Hamiltonian cycle.
+    The search is deterministic, so its answer is remembered per topology.
     """
+    key = (max_rings, None if ranks is None else tuple(ranks), min_share)
+    memo = _FOUND.setdefault(topology, {})
+    if key not in memo:
+        try:
+            memo[key] = _find_rings(topology, max_rings, ranks, min_share)
+        except NotApplicableError as error:
+            memo[key] = error
+    if isinstance(memo[key], NotApplicableError):
+        raise memo[key]
+    return list(memo[key])
+
+
+_FOUND: weakref.WeakKeyDictionary[Topology, dict] = weakref.WeakKeyDictionary()
+
+
+def _find_rings(topology: Topology, max_rings: int | None, ranks: Sequence[int] | None,
+                min_share: float) -> list[Ring]:
     members = list(topology.ranks if ranks is None else ranks)
     limit = MAX_RINGS if max_rings is None else max(1, min(max_rings, MAX_RINGS))
     if len(members) == 1:
