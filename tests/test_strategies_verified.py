@@ -19,15 +19,15 @@ from ccweave.topology import zoo
 from ccweave.verify import check, verify
 
 MACHINES = ["dgx1", "ndv2", "dgx2", "dgx-a100", "dgx-h100", "mist", "cedar", "ndv2:2",
-            "dgx2:2", "ring:8", "switch:6", "mesh:2x4", "torus:3x3", "hypercube:3",
-            "fully-connected:5"]
+            "ring:8", "switch:6", "mesh:2x4", "torus:3x3", "hypercube:3", "fully-connected:5"]
 CLASSIC = sorted(name for name, s in strategies().items() if s.classic)
 
 
 @pytest.mark.parametrize("machine", MACHINES)
 def test_every_classic_strategy_verifies_on_every_machine(machine):
+    """(dgx2:2 is covered by each strategy's own tests; 32 ranks are slow for all at once.)"""
     topo = zoo.get(machine)
-    built = 0
+    covered = set()
     for kind in Kind.collectives():
         for name in strategies_for(kind, classic_only=True):
             try:
@@ -35,24 +35,8 @@ def test_every_classic_strategy_verifies_on_every_machine(machine):
             except NotApplicableError:
                 continue
             verify(sched, topo)
-            built += 1
-    assert built >= 8  # at least one strategy for each of the eight collectives
-
-
-def test_every_collective_has_a_strategy_everywhere():
-    for machine in MACHINES:
-        topo = zoo.get(machine)
-        for kind in Kind.collectives():
-            assert any(_applies(topo, kind, name) for name in strategies_for(kind)), \
-                (machine, kind)
-
-
-def _applies(topo, kind, name) -> bool:
-    try:
-        synthesize(topo, kind, name)
-    except NotApplicableError:
-        return False
-    return True
+            covered.add(kind)
+    assert covered == set(Kind.collectives())  # every collective has a strategy here
 
 
 def _delete(schedule: Schedule, victim: int) -> Schedule:
