@@ -1,0 +1,169 @@
+"""MSCCL XML in both directions: the front door of :mod:`ccweave.export`.
+
+Export lowers a Schedule in small passes, as msccl-tools does: per-rank instructions
+(:mod:`.lowering`), fusion into rcs/rrcs/rrs (:mod:`.fusion`), threadblocks and step
+order (:mod:`.threadblocks`), cross-threadblock dependencies and nops
+(:mod:`.dependencies`), XML (:mod:`.emit`); the result must pass :func:`check_xml`.
+Import (:mod:`.xml_import`) turns any MSCCL XML back into a Schedule the verifier proves.
+A Plan exports as one XML per size range plus the config that selects them.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from ccweave.collectives import Kind
+from ccweave.errors import InputError
+from ccweave.export import msccl_spec as spec
+from ccweave.export.dependencies import infer
+from ccweave.export.emit import emit
+from ccweave.export.fusion import fuse
+from ccweave.export.lowering import lower, split_counts
+from ccweave.export.problems import summary
+from ccweave.export.threadblocks import assign
+from ccweave.export.xml_check import check_xml
+from ccweave.export.xml_import import from_xml, read
+from ccweave.plan import Plan
+from ccweave.schedule import Schedule
+from ccweave.transforms import instances as replicate
+
+__all__ = ["CONFIG_NAME", "check_xml", "export_plan", "from_xml", "read", "to_xml", "write"]
+
+DEFAULT_PROTO = "Simple"
+OPEN_MAX_BYTES = 1 << 40
+"""microsoft/msccl has no "no limit": an open range without scratch ends at 1 TiB."""
+SCRATCH_MAX_BYTES = 1 << 30
+"""microsoft/msccl allocates scratch for maxBytes up front: open ranges with scratch end at
+1 GiB unless ``max_bytes`` says otherwise."""
+CONFIG_NAME = "msccl_config.xml"
+
+
+def to_xml(schedule: Schedule, *, proto: str = DEFAULT_PROTO, instances: int = 1,
+           runtime: spec.Runtime | str = spec.Runtime.MSCCL, min_bytes: int = 0,
+           max_bytes: int | None = None, name: str | None = None) -> str:
+    """MSCCL XML for ``schedule`` that the runtime's parser accepts.
+
+    Parameters
+    ----------
+    schedule: any schedule (verify it first: the XML is as right as the schedule).
+    proto: Simple, LL or LL128.
+    instances: run ``instances`` copies side by side on their own channels, each on a
+        slice of every chunk (MSCCL's instances; :func:`ccweave.transforms.instances`).
+    runtime: ``msccl`` (microsoft/msccl, msccl-tools' spelling) or ``azure`` (the Azure
+        MSCCL executor); they spell reduce-scatter and size limits differently.
+    min_bytes, max_bytes: the sizes ``[min_bytes, max_bytes)`` it serves (``None``: no
+        upper end), written as each runtime reads minBytes/maxBytes.
+    name: the algo name (default: the schedule's).
+
+    Raises ``InputError`` when the runtime cannot run it (limits, a collective the runtime
+    lacks), naming the threadblock and the fix.
+    """
+    runtime = spec.Runtime.parse(runtime)
+    if proto not in spec.PROTOCOLS:
+        raise InputError(f"proto {proto!r}: choose one of {', '.join(spec.PROTOCOLS)}")
+    if not isinstance(instances, int) or instances < 1:
+        raise InputError(f"instances must be a positive integer, got {instances!r}")
+    kind = schedule.collective.kind
+    coll = spec.COLL_NAMES[runtime].get(kind)
+    if coll is None and runtime is spec.Runtime.AZURE:
+        raise InputError(f"the Azure MSCCL executor has no {kind.value} collective; export "
+                         "with runtime msccl (coll=\"custom\")")
+    sched = split_counts(replicate(schedule, instances) if instances > 1 else schedule)
+    program = fuse(lower(sched))
+    layout = assign(program)
+    steps = infer(program, layout)
+    header = _header(sched, proto, runtime, coll, min_bytes, max_bytes, name)
+    text = emit(program, layout, steps, header, _chunks(sched, coll is None))
+    problems = check_xml(ET.fromstring(text), runtime)
+    if problems:
+        raise InputError(f"cannot export {header['name']!r} for MSCCL: {summary(problems)}")
+    return text
+
+
+def write(schedule: Schedule, path: str | Path, **options: object) -> Path:
+    """Write :func:`to_xml` to ``path``; returns the path."""
+    path = Path(path)
+    path.write_text(to_xml(schedule, **options))  # type: ignore[arg-type]
+    return path
+
+
+def export_plan(plan: Plan, directory: str | Path, *, proto: str = DEFAULT_PROTO,
+                instances: int = 1,
+                runtime: spec.Runtime | str = spec.Runtime.MSCCL) -> list[Path]:
+    """One XML per size range of ``plan`` in ``directory``, each with its minBytes and
+    maxBytes; for microsoft/msccl also ``msccl_config.xml`` (``MSCCL_CONFIG``) that loads
+    them by size. For the Azure executor the directory is ``MSCCL_ALGO_DIR`` (every file
+    in it is read as an algorithm, so it holds nothing else). Returns the files written.
+    """
+    runtime = spec.Runtime.parse(runtime)
+    if runtime is spec.Runtime.MSCCL and len(plan.entries) > spec.MAX_ALGOS:
+        raise InputError(f"the plan has {len(plan.entries)} size ranges but microsoft/msccl "
+                         f"loads at most {spec.MAX_ALGOS} algorithms; export for the Azure "
+                         "executor (runtime azure) or merge ranges")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = _slug(plan.name or plan.collective.kind.value)
+    files = []
+    for number, entry in enumerate(plan.entries):
+        path = directory / f"{stem}_{number}.xml"
+        path.write_text(to_xml(entry.schedule, proto=proto, instances=instances,
+                               runtime=runtime, min_bytes=entry.min_bytes,
+                               max_bytes=entry.max_bytes, name=f"{stem}_{number}"))
+        files.append(path)
+    if runtime is spec.Runtime.MSCCL:
+        config = directory / CONFIG_NAME
+        config.write_text(_config(plan, files, proto))
+        files.append(config)
+    return files
+
+
+def _config(plan: Plan, files: list[Path], proto: str) -> str:
+    """microsoft/msccl's ``<msccl_algos>``: maxbytes is exclusive, -1 for no limit."""
+    root = ET.Element("msccl_algos")
+    for entry, path in zip(plan.entries, files):
+        ET.SubElement(root, "load", {"path": str(path.resolve()),
+                                     "minbytes": str(entry.min_bytes),
+                                     "maxbytes": str(-1 if entry.max_bytes is None
+                                                     else entry.max_bytes),
+                                     "proto": proto})
+    ET.indent(root, space="  ")
+    return ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _header(sched: Schedule, proto: str, runtime: spec.Runtime, coll: str | None,
+            min_bytes: int, max_bytes: int | None, name: str | None) -> dict[str, object]:
+    c = sched.collective
+    if min_bytes < 0 or (max_bytes is not None and max_bytes <= min_bytes):
+        raise InputError(f"size range [{min_bytes}, {max_bytes}) is empty or negative")
+    if runtime is spec.Runtime.AZURE:  # inclusive upper end; 0: no limit
+        high = 0 if max_bytes is None else max_bytes - 1
+    else:  # exclusive upper end, and the scratch size
+        high = max_bytes if max_bytes is not None else (
+            SCRATCH_MAX_BYTES if sched.scratch_chunks else OPEN_MAX_BYTES)
+    header: dict[str, object] = {
+        "name": (name or sched.name or c.kind.value)[:200], "proto": proto,
+        "nchunksperloop": c.total_chunks, "ngpus": c.num_ranks, "coll": coll or spec.CUSTOM,
+        "inplace": int(sched.in_place), "outofplace": int(not sched.in_place),
+        "minBytes": min_bytes, "maxBytes": high}
+    if coll is None:
+        header["collective"] = c.kind.value
+    if c.kind.is_rooted:
+        header["root"] = c.root
+    if c.kind is Kind.SENDRECV:
+        header["peer"] = c.peer
+    return header
+
+
+def _chunks(sched: Schedule, custom: bool) -> tuple[int, int, int]:
+    """i_chunks, o_chunks, s_chunks; a custom collective declares full-size buffers, as
+    microsoft/msccl checks them against nchunksperloop."""
+    c = sched.collective
+    if custom:
+        return c.total_chunks, c.total_chunks, sched.scratch_chunks
+    return c.input_chunks, c.output_chunks, sched.scratch_chunks
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:80] or "algo"

@@ -1,0 +1,229 @@
+"""Pass 3: threadblocks, and the order of steps in each.
+
+All instructions of all ranks go into one order: each after what it waits on, a receive
+after its send, and on every connection (sender, receiver, channel) sends and receives
+in transfer order, so both ends agree (FIFO). Every threadblock runs its steps in that
+order, so none waits on a later step of its own and every wait is on something earlier:
+no deadlock. A fused step that cannot be placed (its send waits on its own receive, or a
+threadblock would need two send peers) is split again.
+
+Per rank and channel: one threadblock per fused (recv peer, send peer) pair, one per
+other peer and direction (past MSCCL's threadblock limit: peers paired up), and one for
+local copies and reductions.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from ccweave.export import msccl_spec as spec
+from ccweave.export.lowering import Program, transfer_order
+
+
+@dataclass(frozen=True)
+class Threadblock:
+    """One ``tb``: its peers (-1 for none), channel and instructions in step order."""
+
+    send: int
+    recv: int
+    chan: int
+    instrs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Threadblocks per rank (index = tb id), where each instruction sits, and the key
+    order every rank's instructions run in."""
+
+    tbs: tuple[tuple[Threadblock, ...], ...]
+    place: dict[int, tuple[int, int, int]]
+    key: dict[int, int]
+
+
+def assign(program: Program) -> Layout:
+    """Pair peers, order the steps (undoing fusions that would deadlock), lay out."""
+    position = {t: p for p, t in enumerate(transfer_order(program.schedule.transfers))}
+    _keep_pairs(program)
+    order = _schedule(program, position)
+    return _layout(program, {i: k for k, i in enumerate(order)})
+
+
+def _primary(program: Program, index: int) -> int:
+    instr = program.instrs[index]
+    for transfer in (instr.recv, instr.local, instr.send):
+        if transfer is not None:
+            return transfer
+    raise AssertionError("an instruction carries no transfer")
+
+
+def _fused(program: Program) -> list[int]:
+    return [i for i in program.live() if program.instrs[i].parts is not None]
+
+
+def _keep_pairs(program: Program) -> None:
+    """A threadblock has one recv and one send peer: per rank and channel, keep the
+    (recv, send) pairs with the most fused steps, each peer used once."""
+    groups: dict[tuple[int, int], Counter] = defaultdict(Counter)
+    for i in _fused(program):
+        f = program.instrs[i]
+        groups[(f.rank, f.channel)][(f.recv_peer, f.send_peer)] += 1
+    accepted: set[tuple[int, int, int, int]] = set()
+    for (rank, channel), pairs in groups.items():
+        recvs: set[int] = set()
+        sends: set[int] = set()
+        for (a, c), _ in sorted(pairs.items(), key=lambda item: (-item[1], item[0])):
+            if a not in recvs and c not in sends:
+                recvs.add(a)
+                sends.add(c)
+                accepted.add((rank, channel, a, c))
+    for i in _fused(program):
+        f = program.instrs[i]
+        if (f.rank, f.channel, f.recv_peer, f.send_peer) not in accepted:
+            program.unfuse(i)
+
+
+def _schedule(program: Program, position: dict[int, int]) -> list[int]:
+    """One global order of the live instructions: after what each waits on, receives after
+    their sends, and on every connection sends and receives in transfer order (FIFO).
+    When nothing can go, the waiting instruction of the earliest transfer is a fused one
+    (a plain one always can go then), which is split and the order goes on."""
+    connection: dict[int, tuple[int, int, int]] = {}
+    lanes: dict[tuple[int, int, int], list[int]] = defaultdict(list)
+    for t in sorted(program.recv_of, key=position.__getitem__):
+        transfer = program.schedule.transfers[t]
+        if not transfer.is_local:
+            key = (transfer.src, transfer.dst, program.instrs[program.recv_of[t]].channel)
+            connection[t] = key
+            lanes[key].append(t)
+    previous = {t: lane[k - 1] for lane in lanes.values() for k, t in enumerate(lane) if k}
+
+    def carrier(base: int) -> int:
+        return program.fused_into.get(base, base)
+
+    def preds(i: int) -> set[int]:
+        instr = program.instrs[i]
+        found = set(program.waits(i))
+        if instr.recv is not None:
+            found.add(carrier(program.send_of[instr.recv]))
+            if instr.recv in previous:
+                found.add(carrier(program.recv_of[previous[instr.recv]]))
+        if instr.send is not None and instr.send in previous:
+            found.add(carrier(program.send_of[previous[instr.send]]))
+        found.discard(i)
+        return found
+
+    def priority(i: int) -> tuple[int, int, int]:
+        """Sends first (they do not block: a send early lets its threadblock's receive
+        overlap it), then transfer order."""
+        instr = program.instrs[i]
+        return 0 if instr.code == "s" else 1, position[_primary(program, i)], i
+
+    emitted: set[int] = set()
+    order: list[int] = []
+    remaining = set(program.live())
+    while remaining:
+        count: dict[int, int] = {}
+        children: dict[int, list[int]] = defaultdict(list)
+        for i in remaining:
+            waiting = preds(i) - emitted
+            count[i] = len(waiting)
+            for p in waiting:
+                children[p].append(i)
+        ready = [priority(i) for i in remaining if count[i] == 0]
+        heapq.heapify(ready)
+        while ready:
+            *_, i = heapq.heappop(ready)
+            emitted.add(i)
+            order.append(i)
+            remaining.discard(i)
+            for child in children[i]:
+                count[child] -= 1
+                if count[child] == 0:
+                    heapq.heappush(ready, priority(child))
+        if remaining:
+            stuck = min(remaining, key=lambda i: position[_primary(program, i)])
+            assert program.instrs[stuck].parts is not None, "a plain instruction is stuck"
+            program.unfuse(stuck)
+            remaining.discard(stuck)
+            remaining.update(program.instrs[stuck].parts)  # type: ignore[arg-type]
+    return order
+
+
+def _layout(program: Program, key: dict[int, int]) -> Layout:
+    per_rank: dict[int, list[int]] = defaultdict(list)
+    for i in program.live():
+        per_rank[program.instrs[i].rank].append(i)
+    tbs: list[tuple[Threadblock, ...]] = []
+    place: dict[int, tuple[int, int, int]] = {}
+    for rank in range(program.schedule.num_ranks):
+        blocks = _rank_blocks(program, per_rank.get(rank, []), key)
+        tbs.append(blocks)
+        for tb_id, tb in enumerate(blocks):
+            for step, i in enumerate(tb.instrs):
+                place[i] = (rank, tb_id, step)
+    return Layout(tuple(tbs), place, key)
+
+
+def _rank_blocks(program: Program, instrs: list[int],
+                 key: dict[int, int]) -> tuple[Threadblock, ...]:
+    """Threadblocks of one rank, sorted by (send, recv, channel) like msccl-tools. A
+    peer gets threadblocks of its own (steps of different peers in one threadblock
+    would wait on each other); only past MSCCL's threadblock limit are send and receive
+    peers paired up."""
+    blocks = _blocks(program, instrs, key, merge=False)
+    if len(blocks) > spec.MAX_THREADBLOCKS:
+        blocks = _blocks(program, instrs, key, merge=True)
+    return tuple(sorted(blocks, key=lambda tb: (tb.send, tb.recv, tb.chan)))
+
+
+def _blocks(program: Program, instrs: list[int], key: dict[int, int],
+            merge: bool) -> list[Threadblock]:
+    by_channel: dict[int, list[int]] = defaultdict(list)
+    for i in instrs:
+        by_channel[program.instrs[i].channel].append(i)
+    blocks: list[Threadblock] = []
+    for channel, members in by_channel.items():
+        ends = _ends(program, members, merge)
+        content: dict[tuple[int, int], list[int]] = defaultdict(list)
+        send_tb = {s: (s, r) for s, r in ends if s >= 0}
+        recv_tb = {r: (s, r) for s, r in ends if r >= 0}
+        for i in members:
+            instr = program.instrs[i]
+            if instr.recv_peer >= 0:
+                content[recv_tb[instr.recv_peer]].append(i)
+            elif instr.send_peer >= 0:
+                content[send_tb[instr.send_peer]].append(i)
+            else:
+                content[(-1, -1)].append(i)
+        for (s, r), items in content.items():
+            blocks.append(Threadblock(s, r, channel, tuple(sorted(items, key=key.__getitem__))))
+    return blocks
+
+
+def _ends(program: Program, members: list[int], merge: bool) -> list[tuple[int, int]]:
+    """(send peer, recv peer) of each threadblock on one channel: the fused pairs, and a
+    threadblock per other peer and direction; ``merge`` pairs a peer sent to and
+    received from, then the remaining send and receive peers in order."""
+    pairs = set()
+    recvs, sends = set(), set()
+    for i in members:
+        instr = program.instrs[i]
+        if instr.parts is not None:
+            pairs.add((instr.send_peer, instr.recv_peer))
+        elif instr.recv_peer >= 0:
+            recvs.add(instr.recv_peer)
+        elif instr.send_peer >= 0:
+            sends.add(instr.send_peer)
+    recvs -= {r for _, r in pairs}
+    sends -= {s for s, _ in pairs}
+    if not merge:
+        return sorted(pairs | {(p, -1) for p in sends} | {(-1, p) for p in recvs})
+    both = recvs & sends
+    pairs |= {(p, p) for p in both}
+    lone_sends, lone_recvs = sorted(sends - both), sorted(recvs - both)
+    for k in range(max(len(lone_sends), len(lone_recvs))):
+        pairs.add((lone_sends[k] if k < len(lone_sends) else -1,
+                   lone_recvs[k] if k < len(lone_recvs) else -1))
+    return sorted(pairs)
