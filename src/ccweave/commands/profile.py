@@ -1,0 +1,175 @@
+"""``ccweave profile --nproc N -o topo.json``: measure alpha and bandwidth between every pair
+of ranks (and the CUDA copy paths on a GPU) and write a topology ``synth`` takes.
+
+Started by hand it launches ``--nproc`` local ranks (gloo over loopback, NCCL, or
+``mpirun`` for MPI); under torchrun or mpirun it joins that job and rank 0 reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+
+from ccweave.commands import _inputs, _output
+from ccweave.errors import InputError
+from ccweave.units import format_size
+
+ORDER = 70
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "profile", help="measure links between ranks (ping-pong, CUDA copies) -> topology",
+        description="Ping-pong between every pair of ranks over the executor's transport, "
+                    "fit t = alpha + size/bandwidth (R^2 reported), time CUDA copies on a "
+                    "GPU, and write a topology file. By hand it starts --nproc local ranks; "
+                    "under torchrun or mpirun it joins the job.")
+    parser.add_argument("--nproc", type=int, help="local ranks to start (not under a launcher)")
+    parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl", "mpi"),
+                        help="gloo (CPU/TCP), nccl (GPU) or mpi (mpi4py under mpirun)")
+    parser.add_argument("--sizes", default="4KB:64MB",
+                        help="message sizes, e.g. 4KB:64MB (doubling) or 1MB,16MB")
+    parser.add_argument("--iters", type=int, default=5, help="timed round trips per size")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed round trips first")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds to wait for a peer before giving up (default 60)")
+    parser.add_argument("--no-cuda", dest="cuda", action="store_false",
+                        help="skip the CUDA copy paths even on a GPU")
+    parser.add_argument("--base", metavar="TOPO",
+                        help="keep this topology's structure, replace its link figures by "
+                             "measured ones (a zoo name or JSON file, e.g. from topo import)")
+    parser.add_argument("-o", "--out", dest="output", help="topology JSON to write")
+    parser.add_argument("--raw", metavar="FILE", help="also write the measurements as JSON")
+    parser.add_argument("--load", metavar="FILE",
+                        help="measure nothing: build the topology from a --raw file")
+    parser.add_argument("--name", help="the topology's name (default: profiled, or the base's)")
+    parser.add_argument("--worker-out", help=argparse.SUPPRESS)
+    _output.add_json_flag(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from ccweave.profile.result import Profile
+
+    if args.load:
+        return _report(args, Profile.load(args.load))
+    _check(args)
+    from ccweave.runtime.job import check_backend, detect
+
+    job = detect()
+    check_backend(args.backend, job if job is not None and job.launcher != "ccweave" else None)
+    if job is None:
+        if args.nproc is None:
+            raise InputError("ccweave profile measures between ranks: give --nproc N to start "
+                             "N local ranks, or start it under torchrun or mpirun")
+        if args.nproc < 2:
+            raise InputError(f"--nproc {args.nproc}: need at least 2 ranks to measure a link")
+        return _launch(args)
+    if job.world_size < 2:
+        raise InputError("the job has one rank; profiling needs at least 2")
+    profile = _work(args, job)
+    if job.rank != 0:
+        return 0
+    if args.worker_out:
+        profile.save(args.worker_out)
+        return 0
+    return _report(args, profile)
+
+
+def _check(args) -> None:
+    _inputs.sizes(args.sizes)
+    if args.iters < 1 or args.warmup < 0:
+        raise InputError("--iters must be >= 1 and --warmup >= 0")
+    if args.timeout <= 0:
+        raise InputError("--timeout must be positive seconds")
+
+
+def worker_argv(args, out: str) -> list[str]:
+    """The ``ccweave profile`` arguments each launched rank runs with."""
+    argv = ["profile", "--backend", args.backend, "--sizes", args.sizes, "--iters",
+            str(args.iters), "--warmup", str(args.warmup), "--timeout", str(args.timeout),
+            "--worker-out", out]
+    return argv if args.cuda else [*argv, "--no-cuda"]
+
+
+def _launch(args) -> int:
+    from ccweave.profile.result import Profile
+    from ccweave.runtime.launch import launch_local, launch_mpi
+
+    with tempfile.TemporaryDirectory(prefix="ccweave-profile-") as folder:
+        out = os.path.join(folder, "profile.json")
+        argv = worker_argv(args, out)
+        code = (launch_mpi if args.backend == "mpi" else launch_local)(argv, args.nproc)
+        if code != 0 or not os.path.exists(out):
+            from ccweave.errors import RuntimeFault
+
+            raise RuntimeFault("the profiling ranks ended without a result (errors above)")
+        profile = Profile.load(out)
+    return _report(args, profile)
+
+
+def _work(args, job):
+    from ccweave.profile import cuda
+    from ccweave.profile.measure import measure
+    from ccweave.runtime.job import connect, disconnect
+    from ccweave.runtime.launch import die_with_parent
+
+    die_with_parent()
+    transport = connect(args.backend, job, args.timeout)
+    try:
+        device = None
+        if args.cuda and cuda.unavailable_reason() is None:
+            import torch
+
+            device = job.local_rank % torch.cuda.device_count()
+        progress = (_output.progress_printer() if job.rank == 0 and not args.json
+                    and not args.worker_out else None)
+        if args.worker_out and job.rank == 0 and _output.progress_console.is_terminal:
+            progress = _output.progress_console.print
+        profile = measure(transport, _inputs.sizes(args.sizes), iters=args.iters,
+                          warmup=args.warmup, timeout=args.timeout, device=device,
+                          copies=args.cuda, progress=progress)
+        transport.barrier()
+    finally:
+        disconnect(transport)
+    return profile
+
+
+def _report(args, profile) -> int:
+    from ccweave.profile.build import flat, override, warnings
+    from ccweave.topology import io as topology_io
+
+    if args.base:
+        topo = override(_inputs.topology(args.base), profile, args.name)
+    else:
+        topo = flat(profile, args.name or "profiled")
+    if args.raw:
+        profile.save(args.raw)
+    if args.output:
+        topology_io.write(topo, args.output)
+    if args.json:
+        _output.print_json({"profile": profile.to_dict(), "topology": topo.summary(),
+                            "warnings": warnings(profile), "output": args.output,
+                            "raw": args.raw})
+        return 0
+    sizes = profile.pairs[0].curve.sizes
+    _output.print_table(
+        f"rank pairs over {profile.backend}: ping-pong {format_size(sizes[0])}.."
+        f"{format_size(sizes[-1])}, t = alpha + size/bw",
+        ["pair", "alpha(us)", "bw(GB/s)", "R^2", "points"],
+        [(f"{p.a} <-> {p.b}", p.curve.fit.alpha * 1e6, p.curve.fit.bandwidth / 1e9,
+          f"{p.curve.fit.r2:.4f}", p.curve.fit.points) for p in profile.pairs])
+    if profile.copies:
+        _output.print_table(
+            "CUDA copy paths (bytes copied per second)",
+            ["rank", "path", "alpha(us)", "bw(GB/s)", "R^2"],
+            [(c.rank, c.label, c.curve.fit.alpha * 1e6, c.curve.fit.bandwidth / 1e9,
+              f"{c.curve.fit.r2:.4f}") for c in profile.copies])
+    for note in [*profile.notes, *warnings(profile)]:
+        _output.console.print(f"[dim]{note}[/]")
+    shape = f"figures onto {args.base}" if args.base else (
+        "one switch" if "switch" in topo.fabric else "full mesh")
+    written = f"; wrote {args.output}" if args.output else " (give -o FILE to keep it)"
+    _output.console.print(f"topology {topo.name}: {topo.num_ranks} ranks, {shape}{written}")
+    return 0

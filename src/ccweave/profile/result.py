@@ -1,0 +1,119 @@
+"""What a profile measured: one curve (times over sizes and their fit) per rank pair and
+per CUDA copy path, in a JSON form ``ccweave profile --raw`` writes and ``--load`` reads."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ccweave.errors import InputError
+from ccweave.profile.fit import Fit, fit
+
+FORMAT = "ccweave-profile/1"
+COPY_PATHS = ("h2d", "d2h", "d2d", "peer")
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Median one-way seconds per message size, and their alpha-beta fit."""
+
+    sizes: tuple[int, ...]
+    times: tuple[float, ...]
+    fit: Fit
+
+    @classmethod
+    def of(cls, sizes, times) -> Curve:
+        sizes, times = tuple(int(s) for s in sizes), tuple(float(t) for t in times)
+        return cls(sizes, times, fit(sizes, times))
+
+    def to_dict(self) -> dict[str, object]:
+        return {"sizes": list(self.sizes), "times_s": list(self.times), "fit": self.fit.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Curve:
+        return cls(tuple(int(s) for s in data["sizes"]),
+                   tuple(float(t) for t in data["times_s"]), Fit.from_dict(data["fit"]))
+
+
+@dataclass(frozen=True)
+class PairFigure:
+    """Ping-pong between ranks ``a`` < ``b``: one-way times, the same both ways."""
+
+    a: int
+    b: int
+    curve: Curve
+
+
+@dataclass(frozen=True)
+class CopyFigure:
+    """A CUDA copy on ``rank``'s GPU: ``h2d``, ``d2h``, ``d2d``, or ``peer`` to ``peer``'s."""
+
+    rank: int
+    path: str
+    curve: Curve
+    peer: int | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.path}->{self.peer}" if self.peer is not None else self.path
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Everything one ``ccweave profile`` run measured."""
+
+    world_size: int
+    backend: str
+    nodes: tuple[tuple[int, ...], ...]
+    """Ranks grouped by host."""
+    pairs: tuple[PairFigure, ...]
+    copies: tuple[CopyFigure, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def pair(self, a: int, b: int) -> PairFigure | None:
+        low, high = min(a, b), max(a, b)
+        return next((p for p in self.pairs if (p.a, p.b) == (low, high)), None)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "format": FORMAT, "world_size": self.world_size, "backend": self.backend,
+            "nodes": [list(n) for n in self.nodes],
+            "pairs": [{"a": p.a, "b": p.b, **p.curve.to_dict()} for p in self.pairs],
+            "copies": [{"rank": c.rank, "path": c.path, "peer": c.peer, **c.curve.to_dict()}
+                       for c in self.copies],
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: object, source: str = "profile") -> Profile:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise InputError(f"{source}: not a ccweave profile (expected \"format\": "
+                             f"\"{FORMAT}\"; write one with `ccweave profile --raw`)")
+        try:
+            return cls(int(data["world_size"]), str(data["backend"]),
+                       tuple(tuple(int(r) for r in n) for n in data["nodes"]),
+                       tuple(PairFigure(int(p["a"]), int(p["b"]), Curve.from_dict(p))
+                             for p in data["pairs"]),
+                       tuple(CopyFigure(int(c["rank"]), str(c["path"]), Curve.from_dict(c),
+                                        None if c.get("peer") is None else int(c["peer"]))
+                             for c in data.get("copies", [])),
+                       tuple(str(n) for n in data.get("notes", [])))
+        except (KeyError, TypeError, ValueError) as error:
+            raise InputError(f"{source}: malformed profile ({type(error).__name__}: "
+                             f"{error}); write it again with `ccweave profile --raw`") from None
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> Profile:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise InputError(f"{path}: no such profile file") from None
+        except json.JSONDecodeError as error:
+            raise InputError(f"{path}: not valid JSON: {error.msg} at line {error.lineno}") \
+                from None
+        return cls.from_dict(data, str(path))
