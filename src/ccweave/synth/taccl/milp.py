@@ -1,0 +1,201 @@
+"""A small mixed-integer model builder over HiGHS (``highspy``), with time limits, warm
+starts and progress reports: what the routing and contiguity stages share.
+
+Columns and rows are collected in numpy-friendly lists and handed to HiGHS in one call;
+the result says plainly whether the solution is optimal or the best found at the time
+limit, and with which gap.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ccweave.errors import SolverError
+from ccweave.solvers import quiet_highs
+from ccweave.synth.taccl.progress import Progress
+
+INF = math.inf
+
+PROGRESS_INTERVAL_S = 1.0
+"""Least time between two progress reports from inside one solve."""
+
+
+@dataclass(frozen=True)
+class SolverSettings:
+    """How long and how hard HiGHS works on one stage."""
+
+    time_limit_s: float = 60.0
+    mip_gap: float = 1e-3
+    """Relative gap at which a MILP counts as solved."""
+    threads: int = 1
+    seed: int = 0
+
+
+DEFAULT_SETTINGS = SolverSettings()
+
+
+@dataclass(frozen=True)
+class MilpResult:
+    """A solve's outcome: the values and how good they are known to be."""
+
+    status: str
+    """``optimal``, or ``time limit`` (best found, see ``gap``)."""
+    values: np.ndarray
+    objective: float
+    bound: float
+    gap: float
+    """Relative MIP gap (0 when optimal, ``inf`` when no bound is known)."""
+    seconds: float
+
+    @property
+    def optimal(self) -> bool:
+        return self.status == "optimal"
+
+    def describe(self) -> str:
+        if self.optimal:
+            return f"optimal in {self.seconds:.1f} s"
+        return (f"stopped at the time limit after {self.seconds:.1f} s with MIP gap "
+                f"{_percent(self.gap)}: the best schedule found, not proven optimal")
+
+
+def _percent(gap: float) -> str:
+    return "unknown" if not math.isfinite(gap) else f"{100 * gap:.1f}%"
+
+
+class Model:
+    """Columns (continuous or binary) and sparse rows, solved by HiGHS."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._lower: list[float] = []
+        self._upper: list[float] = []
+        self._cost: list[float] = []
+        self._integer: list[bool] = []
+        self._row_lower: list[float] = []
+        self._row_upper: list[float] = []
+        self._row_start: list[int] = [0]
+        self._index: list[int] = []
+        self._value: list[float] = []
+
+    @property
+    def num_vars(self) -> int:
+        return len(self._lower)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self._row_lower)
+
+    @property
+    def num_integers(self) -> int:
+        return sum(self._integer)
+
+    def add_vars(self, count: int, lower: float = 0.0, upper: float = INF, cost: float = 0.0,
+                 binary: bool = False) -> range:
+        """``count`` new columns; binaries have bounds [0, 1]."""
+        first = self.num_vars
+        if binary:
+            lower, upper = 0.0, 1.0
+        self._lower += [lower] * count
+        self._upper += [upper] * count
+        self._cost += [cost] * count
+        self._integer += [binary] * count
+        return range(first, first + count)
+
+    def set_cost(self, column: int, cost: float) -> None:
+        self._cost[column] = cost
+
+    def add_cost(self, column: int, cost: float) -> None:
+        self._cost[column] += cost
+
+    def add_row(self, columns: Sequence[int], coefficients: Sequence[float],
+                lower: float = -INF, upper: float = INF) -> None:
+        """``lower <= sum(coefficient * column) <= upper``; repeated columns are summed."""
+        merged: dict[int, float] = {}
+        for column, coefficient in zip(columns, coefficients):
+            merged[column] = merged.get(column, 0.0) + coefficient
+        self._index += merged.keys()
+        self._value += merged.values()
+        self._row_start.append(len(self._index))
+        self._row_lower.append(lower)
+        self._row_upper.append(upper)
+
+    def solve(self, settings: SolverSettings, warm_start: np.ndarray | None = None,
+              progress: Callable[[Progress], None] | None = None,
+              stage: str = "") -> MilpResult:
+        """Solve; return the optimum or, at the time limit, the best solution found.
+
+        Raises ``SolverError`` when the model is infeasible or no solution was found.
+        """
+        import highspy
+
+        highs = quiet_highs()
+        n = self.num_vars
+        highs.setOptionValue("time_limit", float(max(settings.time_limit_s, 0.01)))
+        highs.setOptionValue("mip_rel_gap", float(settings.mip_gap))
+        highs.setOptionValue("threads", int(settings.threads))
+        highs.setOptionValue("random_seed", int(settings.seed))
+        highs.addVars(n, np.array(self._lower), np.array(self._upper))
+        columns = np.arange(n, dtype=np.int32)
+        highs.changeColsCost(n, columns, np.array(self._cost))
+        integers = np.flatnonzero(self._integer).astype(np.int32)
+        if len(integers):
+            highs.changeColsIntegrality(len(integers), integers,
+                                        np.array([highspy.HighsVarType.kInteger]
+                                                 * len(integers)))
+        if self.num_rows:
+            highs.addRows(self.num_rows, np.array(self._row_lower), np.array(self._row_upper),
+                          len(self._index), np.array(self._row_start[:-1], dtype=np.int32),
+                          np.array(self._index, dtype=np.int32), np.array(self._value))
+        started = time.perf_counter()
+        if progress is not None and len(integers):
+            self._watch(highs, progress, stage, started)
+        if warm_start is not None and len(integers):
+            highs.setSolution(n, columns, np.asarray(warm_start, dtype=float))
+        highs.run()
+        seconds = time.perf_counter() - started
+        status = highs.getModelStatus()
+        info = highs.getInfo()
+        has_solution = info.primal_solution_status == 2
+        if status == highspy.HighsModelStatus.kOptimal:
+            label, gap = "optimal", 0.0
+        elif has_solution and status in (highspy.HighsModelStatus.kTimeLimit,
+                                         highspy.HighsModelStatus.kInterrupt,
+                                         highspy.HighsModelStatus.kSolutionLimit):
+            label = "time limit"
+            gap = float(info.mip_gap) if len(integers) else INF
+        elif status == highspy.HighsModelStatus.kInfeasible:
+            raise SolverError(f"{self.name}: the model is infeasible")
+        else:
+            raise SolverError(f"{self.name}: HiGHS stopped ({highs.modelStatusToString(status)}) "
+                              f"after {seconds:.1f} s without a solution; raise the time limit")
+        values = np.array(highs.getSolution().col_value)
+        objective = float(info.objective_function_value)
+        bound = float(info.mip_dual_bound) if len(integers) else objective
+        if len(integers) and not math.isfinite(gap):
+            gap = INF
+        return MilpResult(label, values, objective, bound, max(gap, 0.0), seconds)
+
+    @staticmethod
+    def _watch(highs, progress: Callable[[Progress], None], stage: str, started: float) -> None:
+        last = [0.0]
+
+        def report(event, force: bool) -> None:
+            now = time.perf_counter()
+            if not force and now - last[0] < PROGRESS_INTERVAL_S:
+                return
+            last[0] = now
+            data = event.data_out
+            incumbent = float(data.objective_function_value)
+            bound = float(data.mip_dual_bound)
+            gap = float(data.mip_gap)
+            progress(Progress(stage, "solving", incumbent if math.isfinite(incumbent) else None,
+                              bound if math.isfinite(bound) else None,
+                              gap if math.isfinite(gap) else None, now - started))
+
+        highs.cbMipImprovingSolution.subscribe(lambda event: report(event, True))
+        highs.cbMipInterrupt.subscribe(lambda event: report(event, False))

@@ -1,0 +1,299 @@
+"""Communication sketches: which links a collective may use, how switches are treated,
+which GPUs relay across nodes, the symmetry to keep, and how finely inputs are cut.
+
+TACCL's concepts (arXiv 2111.04867, section 4) as a small JSON file; see
+``docs/sketches.md``. A sketch is read and checked here on its own; whether it fits a
+given topology is checked when it is applied (:mod:`ccweave.synth.taccl.logical`).
+Every error names the file and the field.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ccweave.errors import InputError
+
+MAX_CHUNKUP = 64
+"""Largest ``input_chunkup``: beyond it the solver stages grow without a useful gain."""
+
+
+class Intranode(str, enum.Enum):
+    """Which rank-to-rank connections inside a node a schedule may use."""
+
+    LINKS = "links"
+    """Only pairs joined by one direct link (NVLink meshes): others relay through ranks."""
+    SWITCH = "switch"
+    """Pairs whose route crosses a switch (NVSwitch): every pair, one hop, shared ports."""
+    ROUTES = "routes"
+    """Every pair with a route (PCIe, host bridges included)."""
+
+
+class Hyperedge(str, enum.Enum):
+    """How many distinct peers a rank should talk to through a switch (TACCL's policy).
+
+    ``uc-max`` spreads chunks over as many connections as the makespan allows (more
+    parallel streams); ``uc-min`` uses as few as it allows (fewer connections to set up,
+    each carrying more). Either is a tie-break after the makespan.
+    """
+
+    UC_MAX = "uc-max"
+    UC_MIN = "uc-min"
+
+
+class Connections(str, enum.Enum):
+    """Named internode maps; an explicit map is a dict instead."""
+
+    FULLY_CONNECTED = "fully-connected"
+    """Every sender may send to every receiver of another node."""
+    DIRECT_MAP = "direct-map"
+    """Sender with local rank ``i`` sends only to local rank ``i`` of another node."""
+
+
+@dataclass(frozen=True)
+class IntranodeSketch:
+    """Links inside a node: the strategy, the switch policy and the switch groups."""
+
+    strategy: Intranode = Intranode.LINKS
+    hyperedge: Hyperedge | None = None
+    switches: tuple[tuple[int, ...], ...] = ()
+    """Groups of local ranks that each form one switch (default: the whole node)."""
+
+
+@dataclass(frozen=True)
+class InternodeSketch:
+    """Relays across nodes: who sends to whom, and whose data each sender carries.
+
+    ``connections`` maps a sender's local rank to the local ranks it may send to in
+    every other node. ``carries`` maps a sender to the local ranks whose data it
+    takes out of the node (TACCL's ``gpus_to_sender_rev_map``); empty means every
+    sender carries anyone's data. GPUs that share a NIC share its bandwidth: the
+    routing stage sees that on the NIC's links.
+    """
+
+    connections: tuple[tuple[int, tuple[int, ...]], ...] | Connections = Connections.DIRECT_MAP
+    senders: tuple[int, ...] | None = None
+    """Local ranks that send across nodes (named maps only; default every local rank)."""
+    receivers: tuple[int, ...] | None = None
+    """Local ranks that receive across nodes (named maps only; default the senders)."""
+    carries: tuple[tuple[int, tuple[int, ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class Sketch:
+    """A communication sketch (TACCL section 4).
+
+    Parameters
+    ----------
+    intranode: which connections inside a node may carry chunks.
+    internode: which ranks relay chunks across nodes and to whom.
+    symmetry_offsets: ``((offset, group_size), ...)``: rotating ranks by ``offset``
+        inside consecutive groups of ``group_size`` maps the schedule onto itself; the
+        solver works on one representative per orbit.
+    input_chunkup: chunks each rank's input is cut into.
+    name, description, source: for people (``source``: the file it came from).
+    """
+
+    intranode: IntranodeSketch = IntranodeSketch()
+    internode: InternodeSketch = InternodeSketch()
+    symmetry_offsets: tuple[tuple[int, int], ...] = ()
+    input_chunkup: int = 1
+    name: str = "sketch"
+    description: str = ""
+    source: str = "sketch"
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON form :func:`from_dict` reads back."""
+        intra: dict[str, object] = {"strategy": self.intranode.strategy.value}
+        if self.intranode.hyperedge is not None:
+            intra["hyperedge"] = self.intranode.hyperedge.value
+        if self.intranode.switches:
+            intra["switches"] = [list(group) for group in self.intranode.switches]
+        inter: dict[str, object] = {"strategy": "relay"}
+        conn = self.internode.connections
+        inter["connections"] = conn.value if isinstance(conn, Connections) else \
+            {str(s): list(r) for s, r in conn}
+        if self.internode.senders is not None:
+            inter["senders"] = list(self.internode.senders)
+        if self.internode.receivers is not None:
+            inter["receivers"] = list(self.internode.receivers)
+        if self.internode.carries:
+            inter["carries"] = {str(s): list(r) for s, r in self.internode.carries}
+        return {"name": self.name, "description": self.description, "intranode": intra,
+                "internode": inter,
+                "symmetry_offsets": [list(pair) for pair in self.symmetry_offsets],
+                "input_chunkup": self.input_chunkup}
+
+
+_TOP_FIELDS = {"name", "description", "intranode", "internode", "symmetry_offsets",
+               "input_chunkup", "comment"}
+_INTRA_FIELDS = {"strategy", "hyperedge", "switches"}
+_INTER_FIELDS = {"strategy", "connections", "senders", "receivers", "carries"}
+
+
+def load(path: str | Path) -> Sketch:
+    """Read a sketch JSON file; errors name the file and the field."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such sketch file (examples/sketches/ has some)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: not valid JSON ({error})") from None
+    return from_dict(data, str(path))
+
+
+def from_dict(data: object, source: str = "sketch") -> Sketch:
+    """Build a :class:`Sketch` from its JSON form, naming ``source`` and the field on error."""
+    if not isinstance(data, Mapping):
+        raise InputError(f"{source}: a sketch is a JSON object with fields "
+                         f"{', '.join(sorted(_TOP_FIELDS - {'comment'}))}")
+    _no_unknown(data, _TOP_FIELDS, source, "")
+    name = data.get("name", Path(source).stem if source != "sketch" else "sketch")
+    description = data.get("description", "")
+    for field, value in (("name", name), ("description", description)):
+        if not isinstance(value, str):
+            raise InputError(f"{source}: {field} must be a string, got {value!r}")
+    return Sketch(
+        intranode=_intranode(data.get("intranode", {}), source),
+        internode=_internode(data.get("internode", {}), source),
+        symmetry_offsets=_symmetry(data.get("symmetry_offsets", []), source),
+        input_chunkup=_chunkup(data.get("input_chunkup", 1), source),
+        name=name, description=description, source=source)
+
+
+def _no_unknown(data: Mapping, known: set[str], source: str, prefix: str) -> None:
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise InputError(f"{source}: unknown field {prefix}{unknown[0]!r}; known fields: "
+                         + ", ".join(f"{prefix}{k}" for k in sorted(known - {"comment"})))
+
+
+def _choice(value: object, enum_type: type[enum.Enum], source: str, field: str) -> enum.Enum:
+    try:
+        return enum_type(value)
+    except ValueError:
+        raise InputError(f"{source}: {field} is {value!r}; use one of "
+                         + ", ".join(repr(m.value) for m in enum_type)) from None
+
+
+def _intranode(data: object, source: str) -> IntranodeSketch:
+    if not isinstance(data, Mapping):
+        raise InputError(f"{source}: intranode must be an object like "
+                         '{"strategy": "switch", "hyperedge": "uc-min"}')
+    _no_unknown(data, _INTRA_FIELDS, source, "intranode.")
+    strategy = _choice(data.get("strategy", "links"), Intranode, source, "intranode.strategy")
+    hyperedge = data.get("hyperedge")
+    if hyperedge is not None:
+        if strategy is not Intranode.SWITCH:
+            raise InputError(f"{source}: intranode.hyperedge applies to the 'switch' strategy "
+                             f"only; drop it or set intranode.strategy to 'switch'")
+        hyperedge = _choice(hyperedge, Hyperedge, source, "intranode.hyperedge")
+    switches = data.get("switches", [])
+    if switches and strategy is not Intranode.SWITCH:
+        raise InputError(f"{source}: intranode.switches applies to the 'switch' strategy only")
+    groups = tuple(_ranks(group, source, f"intranode.switches[{i}]", min_size=2)
+                   for i, group in enumerate(_list(switches, source, "intranode.switches")))
+    seen: set[int] = set()
+    for i, group in enumerate(groups):
+        twice = seen.intersection(group)
+        if twice:
+            raise InputError(f"{source}: intranode.switches[{i}]: local rank {min(twice)} is "
+                             "in two switch groups; each rank is on one switch")
+        seen.update(group)
+    return IntranodeSketch(strategy, hyperedge, groups)
+
+
+def _internode(data: object, source: str) -> InternodeSketch:
+    if not isinstance(data, Mapping):
+        raise InputError(f"{source}: internode must be an object like "
+                         '{"strategy": "relay", "connections": "direct-map"}')
+    _no_unknown(data, _INTER_FIELDS, source, "internode.")
+    if data.get("strategy", "relay") != "relay":
+        raise InputError(f"{source}: internode.strategy is {data.get('strategy')!r}; the only "
+                         "internode strategy is 'relay'")
+    raw = data.get("connections", Connections.DIRECT_MAP.value)
+    senders = data.get("senders")
+    receivers = data.get("receivers")
+    connections: tuple[tuple[int, tuple[int, ...]], ...] | Connections
+    if isinstance(raw, str):
+        connections = _choice(raw, Connections, source, "internode.connections")  # type: ignore
+        senders = None if senders is None else _ranks(senders, source, "internode.senders")
+        receivers = None if receivers is None else \
+            _ranks(receivers, source, "internode.receivers")
+    elif isinstance(raw, Mapping):
+        if senders is not None or receivers is not None:
+            raise InputError(f"{source}: internode.senders and internode.receivers go with a "
+                             "named map ('fully-connected', 'direct-map'); an explicit "
+                             "connections map already names both")
+        connections = _rank_map(raw, source, "internode.connections")
+        if not connections:
+            raise InputError(f"{source}: internode.connections is an empty map; name at least "
+                             'one sender, e.g. {"0": [0]}')
+    else:
+        raise InputError(f"{source}: internode.connections must be 'fully-connected', "
+                         "'direct-map' or a map from sender local rank to receiver local "
+                         'ranks, e.g. {"1": [0]}')
+    carries = _rank_map(data.get("carries", {}), source, "internode.carries")
+    return InternodeSketch(connections, senders, receivers, carries)
+
+
+def _rank_map(raw: object, source: str, field: str) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    if not isinstance(raw, Mapping):
+        raise InputError(f"{source}: {field} must be a map from local rank to local ranks, "
+                         'e.g. {"1": [0, 1]}')
+    pairs = []
+    for key, value in raw.items():
+        try:
+            rank = int(key)
+        except (TypeError, ValueError):
+            rank = -1
+        if rank < 0 or str(rank) != str(key).strip():
+            raise InputError(f"{source}: {field} key {key!r} is not a local rank (an integer "
+                             ">= 0 written as a string, e.g. \"1\")")
+        pairs.append((rank, _ranks(value, source, f"{field}[{key!r}]")))
+    return tuple(sorted(pairs))
+
+
+def _list(value: object, source: str, field: str) -> list:
+    if not isinstance(value, list):
+        raise InputError(f"{source}: {field} must be a list, got {value!r}")
+    return value
+
+
+def _ranks(value: object, source: str, field: str, min_size: int = 1) -> tuple[int, ...]:
+    items = _list(value, source, field)
+    if len(items) < min_size:
+        raise InputError(f"{source}: {field} needs at least {min_size} local rank(s)")
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+            raise InputError(f"{source}: {field} holds {item!r}; local ranks are integers >= 0")
+    if len(set(items)) != len(items):
+        raise InputError(f"{source}: {field} names a local rank twice")
+    return tuple(items)
+
+
+def _symmetry(value: object, source: str) -> tuple[tuple[int, int], ...]:
+    pairs = []
+    for i, pair in enumerate(_list(value, source, "symmetry_offsets")):
+        field = f"symmetry_offsets[{i}]"
+        if not (isinstance(pair, list) and len(pair) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in pair)):
+            raise InputError(f"{source}: {field} is {pair!r}; write [offset, group_size], "
+                             "e.g. [8, 16]")
+        offset, size = pair
+        if size < 2 or not 0 < offset < size:
+            raise InputError(f"{source}: {field} = {pair}: need 0 < offset < group_size and "
+                             "group_size >= 2")
+        pairs.append((offset, size))
+    return tuple(pairs)
+
+
+def _chunkup(value: object, source: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CHUNKUP:
+        raise InputError(f"{source}: input_chunkup is {value!r}; use an integer from 1 to "
+                         f"{MAX_CHUNKUP}")
+    return value
