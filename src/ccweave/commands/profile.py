@@ -66,6 +66,9 @@ def run(args) -> int:
         if args.nproc < 2:
             raise InputError(f"--nproc {args.nproc}: need at least 2 ranks to measure a link")
         return _launch(args)
+    if args.nproc is not None and args.nproc != job.world_size:
+        raise InputError(f"--nproc {args.nproc}: this process is one of {job.world_size} "
+                         f"ranks started by {job.launcher}; drop --nproc")
     if job.world_size < 2:
         raise InputError("the job has one rank; profiling needs at least 2")
     profile = _work(args, job)
@@ -155,8 +158,7 @@ def _report(args, profile) -> int:
         return 0
     sizes = profile.pairs[0].curve.sizes
     _output.print_table(
-        f"rank pairs over {profile.backend}: ping-pong {format_size(sizes[0])}.."
-        f"{format_size(sizes[-1])}, t = alpha + size/bw",
+        f"{profile.backend} ping-pong, {format_size(sizes[0])}..{format_size(sizes[-1])}",
         ["pair", "alpha(us)", "bw(GB/s)", "R^2", "points"],
         [(f"{p.a} <-> {p.b}", p.curve.fit.alpha * 1e6, p.curve.fit.bandwidth / 1e9,
           f"{p.curve.fit.r2:.4f}", p.curve.fit.points) for p in profile.pairs])
