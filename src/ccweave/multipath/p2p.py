@@ -22,6 +22,8 @@ from ccweave.multipath import routes
 from ccweave.multipath.paths import MAX_PATHS, MAX_RELAYS, Path, direct_path, find_paths
 from ccweave.multipath.shares import MAX_PIECES, path_cost, pieces, solve
 from ccweave.schedule import Schedule, ScheduleBuilder
+from ccweave.synth.layout import reject_options, require_kind
+from ccweave.synth.registry import register
 from ccweave.topology.model import Topology
 
 RESOLUTION = 1024
@@ -251,3 +253,27 @@ def _corrected(plan: P2PPlan, candidates: Sequence[Path], shares: np.ndarray,
     for path, x in zip(current, new / new.sum()):
         out[next(i for i, c in enumerate(candidates) if c is path)] = x
     return out
+
+
+@register("multipath", {Kind.SENDRECV},
+          "one message striped over the direct route, host/fabric routes and peer relays, "
+          "pipelined, shares tuned in simulation", classic=False)
+def build_multipath(topology: Topology, kind: Kind, *, root: int = 0,
+                    chunks: int | None = None, **options: object) -> Schedule:
+    """``sendrecv`` from ``root`` to option ``peer`` (default ``root + 1``) planned by
+    :func:`plan_p2p` for option ``size`` bytes (default 64 MiB); options ``kinds``
+    (comma-separated), ``max_paths``, ``max_relays``, ``max_pieces`` as there."""
+    require_kind(Kind.parse(kind), {Kind.SENDRECV}, "multipath")
+    known = ("peer", "size", "kinds", "max_paths", "max_relays", "max_pieces")
+    reject_options(options, "multipath", known)
+    peer = int(options.get("peer", (root + 1) % topology.num_ranks))  # type: ignore[arg-type]
+    kinds = options.get("kinds", PATH_KINDS)
+    if isinstance(kinds, str):
+        kinds = tuple(k.strip() for k in kinds.split(","))
+    plan = plan_p2p(topology, root, peer, int(options.get("size", DEFAULT_SIZE)),  # type: ignore[arg-type]
+                    kinds=kinds,  # type: ignore[arg-type]
+                    max_paths=int(options.get("max_paths", MAX_PATHS)),  # type: ignore[arg-type]
+                    max_relays=int(options.get("max_relays", MAX_RELAYS)),  # type: ignore[arg-type]
+                    max_pieces=int(options.get("max_pieces", MAX_PIECES)),  # type: ignore[arg-type]
+                    chunks_per_rank=chunks)
+    return plan.to_schedule()

@@ -123,8 +123,6 @@ def lp(paths: Sequence[Path], costs: Sequence[PathCost], size_bytes: float,
     every link crossed ``u_il`` times by path ``i`` (``d_l``: the least latency of a path
     on it), ``sum x = 1``; a tiny cost per byte-time breaks ties towards cheaper paths.
     """
-    from scipy.optimize import linprog
-
     capacity = topology.bandwidths if capacity is None else capacity
     n = max(float(size_bytes), 1.0)
     count = len(paths)
@@ -152,14 +150,44 @@ def lp(paths: Sequence[Path], costs: Sequence[PathCost], size_bytes: float,
     objective = np.zeros(count + 1)
     objective[-1] = 1.0
     objective[:-1] = 1e-6 * np.array([c.per_byte * n / scale for c in costs])
-    equality = np.zeros((1, count + 1))
-    equality[0, :-1] = 1.0
-    result = linprog(objective, A_ub=np.array(rows), b_ub=np.array(rhs), A_eq=equality,
-                     b_eq=[1.0], bounds=[(0, None)] * (count + 1), method="highs")
-    if result.status != 0:
-        raise SolverError(f"multipath share LP failed on {topology.name!r}: {result.message}")
-    shares = np.clip(result.x[:-1], 0.0, None)
+    equality = np.zeros(count + 1)
+    equality[:-1] = 1.0
+    x = _highs(objective, np.vstack([*rows, equality]), np.array([*rhs, 1.0]), len(rows),
+               topology)
+    shares = np.clip(x[:-1], 0.0, None)
     return shares / shares.sum()
+
+
+def _highs(cost: np.ndarray, matrix: np.ndarray, upper: np.ndarray, inequalities: int,
+           topology: Topology) -> np.ndarray:
+    """Minimise ``cost @ x`` over ``x >= 0`` with rows ``< inequalities`` at most ``upper``
+    and the rest equal to it (HiGHS, straight through highspy: a share LP is tiny and
+    solved many times, so scipy's checks would cost more than the solve)."""
+    import highspy
+    import scipy.sparse
+
+    from ccweave.solvers import quiet_highs
+
+    csc = scipy.sparse.csc_array(matrix)
+    lower = upper.copy()
+    lower[:inequalities] = -highspy.kHighsInf
+    lp = highspy.HighsLp()
+    lp.num_row_, lp.num_col_ = csc.shape
+    lp.col_cost_ = cost
+    lp.col_lower_ = np.zeros(csc.shape[1])
+    lp.col_upper_ = np.full(csc.shape[1], highspy.kHighsInf)
+    lp.row_lower_, lp.row_upper_ = lower, upper
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.num_row_, lp.a_matrix_.num_col_ = csc.shape
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = \
+        csc.indptr, csc.indices, csc.data
+    highs = quiet_highs()
+    highs.passModel(lp)
+    highs.run()
+    if highs.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        status = highs.modelStatusToString(highs.getModelStatus())
+        raise SolverError(f"multipath share LP on {topology.name!r}: HiGHS says {status}")
+    return np.asarray(highs.getSolution().col_value, dtype=float)
 
 
 def solve(paths: Sequence[Path], size_bytes: float, topology: Topology,

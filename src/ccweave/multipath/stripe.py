@@ -23,18 +23,24 @@ from ccweave.errors import InputError
 from ccweave.multipath import routes
 from ccweave.multipath.p2p import PATH_KINDS, apportion, split_run
 from ccweave.multipath.paths import MAX_PATHS, MAX_RELAYS, Path, find_paths
-from ccweave.multipath.shares import MAX_PIECES, pieces, solve
-from ccweave.schedule import Op, Schedule, ScheduleBuilder, Transfer, topological_order
+from ccweave.multipath.shares import pieces, solve
+from ccweave.schedule import Op, Schedule, Transfer, topological_order
 from ccweave.simulate import SimResult
 from ccweave.topology.model import Topology
 
 SCALES = (1.0, 0.6, 0.3)
-MIN_SPARE = 0.25
-"""An alternative path is used only if what it has spare is at least this fraction of
-what the transfer gets on its own route (UCX drops lanes under 1/4 of the fastest)."""
+STRIPE_PIECES = 2
+"""Pipeline pieces per relay path of one striped transfer at most: a pipelined schedule
+already moves in pieces, and each piece more is a transfer more."""
 
-SPLIT = 8
-"""Each chunk is cut into this many before striping, so a one-chunk transfer can split."""
+MIN_SPARE = 0.05
+"""An alternative path is used only if what it has spare is at least this fraction of
+what the transfer gets on its own route (UCX drops lanes under 1/4 of the fastest; spare
+capacity divided among many transfers is small, so the bar is lower here)."""
+
+SPLIT = 32
+"""Each chunk is cut into this many before striping, so a one-chunk transfer can split
+and a path can take a small share (1/32 of it)."""
 """Factors tried on the alternative paths' shares (1: as the residual capacity says)."""
 
 Pairs = Callable[[int, int], bool]
@@ -50,7 +56,7 @@ class _Split:
 def stripe(schedule: Schedule, topology: Topology, size_bytes: float, *,
            kinds: Sequence[str] = PATH_KINDS, pairs: Pairs | None = None,
            max_paths: int = MAX_PATHS, max_relays: int = MAX_RELAYS,
-           max_pieces: int = MAX_PIECES, scales: Sequence[float] = SCALES,
+           max_pieces: int = STRIPE_PIECES, scales: Sequence[float] = SCALES,
            split: int = SPLIT) -> Schedule:
     """Stripe ``schedule``'s transfers over several paths where that is faster.
 
@@ -70,18 +76,42 @@ def stripe(schedule: Schedule, topology: Topology, size_bytes: float, *,
     The fastest of the striped variants and ``schedule`` itself, in simulation at
     ``size_bytes``; routes other than the cheapest are in ``metadata["via"]``.
     """
+    best_time, striped_ones = _variants(schedule, topology, size_bytes, kinds, pairs,
+                                        max_paths, max_relays, max_pieces, scales, split)
+    best = schedule
+    for striped in striped_ones:
+        time_s = routes.simulate(striped, topology, size_bytes).time_s
+        if time_s < best_time:
+            best, best_time = striped, time_s
+    return best
+
+
+def variants(schedule: Schedule, topology: Topology, size_bytes: float, *,
+             kinds: Sequence[str] = PATH_KINDS, pairs: Pairs | None = None,
+             max_paths: int = MAX_PATHS, max_relays: int = MAX_RELAYS,
+             max_pieces: int = STRIPE_PIECES, scales: Sequence[float] = SCALES,
+             split: int = SPLIT) -> list[Schedule]:
+    """The striped schedules :func:`stripe` chooses from, one per scale that splits any
+    transfer (same parameters)."""
+    return _variants(schedule, topology, size_bytes, kinds, pairs, max_paths, max_relays,
+                     max_pieces, scales, split)[1]
+
+
+def _variants(schedule: Schedule, topology: Topology, size_bytes: float,
+              kinds: Sequence[str], pairs: Pairs | None, max_paths: int, max_relays: int,
+              max_pieces: int, scales: Sequence[float],
+              split: int) -> tuple[float, list[Schedule]]:
+    """The unstriped schedule's simulated time, and the striped variants."""
     unknown = set(kinds) - set(PATH_KINDS)
     if unknown:
         raise InputError(f"unknown path kind {sorted(unknown)[0]!r}; use "
                          + ", ".join(PATH_KINDS))
-    original = schedule
     schedule = finer(schedule, split)
     base = routes.simulate(schedule, topology, size_bytes)
     loads = _Loads(base, topology)
     fixed = routes.vias(schedule)
     chunk = schedule.collective.chunk_bytes(size_bytes)
-    plans: dict[int, list[tuple[Path, float, np.ndarray]]] = {}
-    solved: dict[tuple, np.ndarray] = {}
+    eligible: dict[int, tuple[list[Path], np.ndarray, set[int]]] = {}
     for index, t in enumerate(schedule.transfers):
         if t.is_local or t.count < 2 or index in fixed or (pairs and not pairs(t.src, t.dst)):
             continue
@@ -92,33 +122,36 @@ def stripe(schedule: Schedule, topology: Topology, size_bytes: float, *,
             continue
         links = sorted({link for p in candidates for hop in p.hops for link in hop.links})
         capacity = loads.residual(index, links)
-        if capacity is None:
-            continue
+        if capacity is not None:
+            spare = set(links) - set(candidates[0].link_uses)
+            eligible[index] = (candidates, capacity, spare)
+    loads.share_spare({index: spare for index, (_, _, spare) in eligible.items()},
+                      {index: capacity for index, (_, capacity, _) in eligible.items()})
+    plans: dict[int, list[tuple[Path, float, np.ndarray]]] = {}
+    solved: dict[tuple, np.ndarray] = {}
+    for index, (candidates, capacity, _) in eligible.items():
+        t = schedule.transfers[index]
         spare = [_bottleneck(p, capacity) for p in candidates]
         candidates = [p for p, bw in zip(candidates, spare)
                       if p.is_direct or bw >= MIN_SPARE * spare[0]]
         if len(candidates) < 2:
             continue
+        links = sorted({link for p in candidates for hop in p.hops for link in hop.links})
         key = (t.src, t.dst, t.count, tuple(candidates),
-               tuple(np.round(capacity[links] / topology.bandwidths[links] * 50).tolist()))
+               tuple(np.round(capacity[links] / topology.bandwidths[links] * 20).tolist()))
         if key not in solved:  # symmetric schedules pose the same problem many times
             solved[key] = solve(candidates, t.count * chunk, topology, max_pieces,
                                 capacity=capacity)[0]
-        shares = solved[key]
-        plans[index] = [(p, x, capacity) for p, x in zip(candidates, shares)]
-    best, best_time = original, base.time_s
+        plans[index] = [(p, x, capacity) for p, x in zip(candidates, solved[key])]
+    striped = []
     for scale in scales:
-        splits = {index: _split(t_plan, schedule.transfers[index].count, scale,
+        splits = {index: _split(plan, schedule.transfers[index].count, scale,
                                 schedule.transfers[index].count * chunk, max_pieces)
-                  for index, t_plan in plans.items()}
+                  for index, plan in plans.items()}
         splits = {index: s for index, s in splits.items() if len(s.parts) > 1}
-        if not splits:
-            continue
-        striped = _emit(schedule, splits, fixed, scale)
-        time_s = routes.simulate(striped, topology, size_bytes).time_s
-        if time_s < best_time:
-            best, best_time = striped, time_s
-    return best
+        if splits:
+            striped.append(_emit(schedule, splits, fixed, scale))
+    return base.time_s, striped
 
 
 def _bottleneck(path: Path, capacity: np.ndarray) -> float:
@@ -201,59 +234,97 @@ class _Loads:
         return capacity
 
 
+    def share_spare(self, spare: dict[int, set[int]],
+                    capacity: dict[int, np.ndarray]) -> None:
+        """Divide each transfer's ``capacity`` on its ``spare`` links (those off its own
+        route) among the transfers that may stripe onto them at the same time, in
+        proportion to how long they overlap it (max-min fair sharing, expected)."""
+        users: dict[int, list[int]] = {}
+        for index, links in spare.items():
+            for link in links:
+                users.setdefault(link, []).append(index)
+        members = {link: np.array(indices) for link, indices in users.items()}
+        start, finish = self.sim.start, self.sim.finish
+        for index, links in spare.items():
+            span = finish[index] - start[index]
+            for link in links:
+                others = members[link]
+                overlap = np.clip(np.minimum(finish[others], finish[index])
+                                  - np.maximum(start[others], start[index]), 0, None)
+                crowd = overlap.sum() / span  # includes this transfer's own 1
+                capacity[index][link] /= max(crowd, 1.0)
+
+
 def _emit(schedule: Schedule, splits: dict[int, _Split], fixed: dict[int, tuple[str, ...]],
           scale: float) -> Schedule:
-    """Replay ``schedule`` with the striped transfers split over their paths."""
-    builder = ScheduleBuilder(schedule.collective, schedule.in_place)
-    builder.scratch_chunks = schedule.scratch_chunks
-    scratch_used: dict[int, int] = {}
-    via: dict[int, tuple[str, ...]] = {}
+    """``schedule`` with the striped transfers split over their paths.
+
+    Deps are mapped, not re-derived: a piece waits for everything its transfer waited
+    for, and whatever waited for the transfer waits for all its pieces, so every
+    ordering of the original holds; relays use fresh scratch, which nothing else
+    touches. (Linear in the transfers, unlike replaying slot by slot.)
+    """
+    out = _Out(schedule.scratch_chunks)
     finals: dict[int, list[int]] = {}
     for index in topological_order(schedule.transfers):
         t = schedule.transfers[index]
-        after = [new for dep in t.deps for new in finals[dep]]
+        after = tuple(new for dep in t.deps for new in finals[dep])
         if index not in splits:
-            new = builder.add(t.src, t.dst, t.src_buffer, t.src_index, t.dst_buffer,
-                              t.dst_index, t.count, t.op, t.channel, after)
-            if index in fixed:
-                via[new] = fixed[index]
-            finals[index] = [new]
-            continue
-        finals[index] = _emit_split(builder, t, splits[index], after, scratch_used,
-                                    schedule.scratch_chunks, via)
-    striped = builder.build(f"{schedule.name}+stripe", **{
-        **{k: v for k, v in schedule.metadata.items() if k != routes.VIA},
-        "striped_transfers": len(splits), "stripe_scale": scale})
-    return routes.with_vias(striped, via)
+            finals[index] = [out.add(replace(t, deps=after), fixed.get(index))]
+        else:
+            finals[index] = _emit_split(out, t, splits[index], after)
+    return routes.with_vias(replace(
+        schedule, transfers=tuple(out.transfers), scratch_chunks=out.scratch_chunks,
+        name=f"{schedule.name}+stripe",
+        metadata={**{k: v for k, v in schedule.metadata.items() if k != routes.VIA},
+                  "striped_transfers": len(splits), "stripe_scale": scale}), out.via)
 
 
-def _emit_split(builder: ScheduleBuilder, t: Transfer, split: _Split, after: list[int],
-                scratch_used: dict[int, int], scratch_base: int,
-                via: dict[int, tuple[str, ...]]) -> list[int]:
-    """The transfers of one striped transfer; returns those that complete it."""
+class _Out:
+    """The transfers being written, their routes and the relays' scratch."""
+
+    def __init__(self, scratch_base: int) -> None:
+        self.transfers: list[Transfer] = []
+        self.via: dict[int, tuple[str, ...]] = {}
+        self.base = scratch_base
+        self.used: dict[int, int] = {}
+        self.scratch_chunks = scratch_base
+
+    def add(self, transfer: Transfer, via: tuple[str, ...] | None = None) -> int:
+        self.transfers.append(transfer)
+        if via is not None:
+            self.via[len(self.transfers) - 1] = via
+        return len(self.transfers) - 1
+
+    def scratch(self, rank: int, count: int) -> int:
+        at = self.base + self.used.get(rank, 0)
+        self.used[rank] = at - self.base + count
+        self.scratch_chunks = max(self.scratch_chunks, at + count)
+        return at
+
+
+def _emit_split(out: _Out, t: Transfer, split: _Split, after: tuple[int, ...]) -> list[int]:
+    """The transfers of one striped transfer; returns those that complete it. Pieces of
+    one path follow one another on every hop (a FIFO stream)."""
     ends: list[int] = []
     offset = 0
     for path, chunks, count in split.parts:
         last_on_hop: list[int | None] = [None] * len(path.hops)
         for start, length in split_run(offset, chunks, count):
             slot = (t.src_buffer, t.src_index + start)
+            previous: int | None = None
             for number, hop in enumerate(path.hops):
                 final = number == len(path.hops) - 1
-                if final:
-                    target = (t.dst_buffer, t.dst_index + start)
-                else:
-                    at = scratch_base + scratch_used.get(hop.dst, 0)
-                    scratch_used[hop.dst] = at - scratch_base + length
-                    target = (Buffer.SCRATCH, at)
-                deps = list(after) if number == 0 else []
+                target = (t.dst_buffer, t.dst_index + start) if final \
+                    else (Buffer.SCRATCH, out.scratch(hop.dst, length))
+                deps = list(after) if previous is None else [previous]
                 if last_on_hop[number] is not None:
                     deps.append(last_on_hop[number])
-                new = builder.add(hop.src, hop.dst, *slot, *target, length,
-                                  t.op if final else Op.COPY, t.channel, deps)
-                if hop.via is not None:
-                    via[new] = hop.via
-                last_on_hop[number] = new
+                previous = out.add(Transfer(hop.src, hop.dst, *slot, *target, length,
+                                            t.op if final else Op.COPY, tuple(deps),
+                                            t.channel), hop.via)
+                last_on_hop[number] = previous
                 slot = target
-            ends.append(new)
+            ends.append(previous)
         offset += chunks
     return ends
