@@ -204,3 +204,16 @@ def test_topo_import_command_errors_are_one_line(tmp_path, capsys):
                    "</cpu></system>")
     assert main(["topo", "import", str(bad), "-o", str(tmp_path / "x.json")]) == 2
     assert "bad.xml: line 3: <pci> lacks attribute 'class'" in capsys.readouterr().err
+
+
+def test_nccl_ranks_sharing_a_gpu_and_nvlinks_to_unused_gpus():
+    text = ('<system version="1"><cpu numaid="0" arch="x86_64" vendor="GenuineIntel">'
+            '<pci busid="0000:18:00.0" class="0x030200" link_speed="8 GT/s" link_width="16">'
+            '<gpu dev="0" sm="70" rank="0"><nvlink target="19:00.0" count="2" '
+            'tclass="0x030200"/></gpu><gpu dev="0" sm="70" rank="1"/></pci>'
+            '<pci busid="0000:19:00.0" class="0x030200" link_speed="8 GT/s" link_width="16">'
+            '<gpu dev="1" sm="70" rank="2"><nvlink target="0000:aa:00.0" count="2" '
+            'tclass="0x030200"/></gpu></pci></cpu></system>')
+    topo = nccl_xml.parse(text)
+    assert topo.num_ranks == 3 and gbps(topo, 0, 2) == 50 and gbps(topo, 2, 0) == 50
+    assert "2 ranks share one GPU" in topo.source and "0000:aa:00.0 ignored" in topo.source

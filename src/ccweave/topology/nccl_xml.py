@@ -23,8 +23,8 @@ from ccweave.topology import link_table
 from ccweave.topology.model import Link, NodeKind, Topology
 from ccweave.units import GB_PER_S, US
 
-_GpuKey = tuple[str, str]
-"""(host prefix, bus id) of a GPU until ranks are known."""
+_GpuKey = tuple[str, str, int]
+"""(host prefix, bus id, index among the ranks sharing that GPU) until ranks are known."""
 
 
 @dataclass
@@ -213,8 +213,8 @@ class _Importer:
             if len(gpus) > 1:
                 self.notes.append(f"{busid}: {len(gpus)} ranks share one GPU, each given its "
                                   "full links")
-            for gpu in gpus:
-                key = (self.prefixes[host], busid)
+            for index, gpu in enumerate(gpus):
+                key = (self.prefixes[host], busid, index)
                 self.gpus.append(_Gpu(key, gpu, self._int(gpu, "sm"),
                                       self._int(gpu, "rank") if "rank" in gpu.attrs else None,
                                       cpu, host))
@@ -294,7 +294,7 @@ class _Importer:
     def _gpu_links(self, gpu: _Gpu) -> None:
         prefix = gpu.key[0]
         per_link = link_table.nvlink_gbps(gpu.sm)
-        by_bus = {g.key: g for g in self.gpus}
+        by_bus = {g.key[:2]: g.key for g in self.gpus if g.key[2] == 0}
         for child in gpu.element.children:
             if child.tag == "nvlink":
                 count = self._int(child, "count")
@@ -303,13 +303,13 @@ class _Importer:
                     raise InputError(f"{self._where(child)}: count must be at least 1")
                 gbps = count * per_link
                 if tclass.startswith("0x03"):
-                    target = (prefix, _busid(self._attr(child, "target")))
-                    if target in by_bus:
-                        self.links.append(Link(gpu.key, target, gbps * GB_PER_S,
+                    target = _busid(self._attr(child, "target"))
+                    if (prefix, target) in by_bus:
+                        self.links.append(Link(gpu.key, by_bus[prefix, target],
+                                               gbps * GB_PER_S,
                                                link_table.NVLINK_ALPHA_US * US, "nvlink"))
                     else:
-                        self.notes.append(f"NVLink to {target[1]} ignored: not a GPU of the "
-                                          "job")
+                        self.notes.append(f"NVLink to {target} ignored: not a GPU of the job")
                 elif tclass.startswith("0x068001"):
                     self.links += link_table.duplex(gpu.key, gpu.cpu, gbps,
                                                     link_table.NVLINK_ALPHA_US, "nvlink")
