@@ -32,6 +32,10 @@ RESOLUTION = 1024
 TOLERANCE = 0.01
 """Shares are corrected until the paths' simulated finish times lie within this fraction."""
 
+MIN_SHARE = 0.02
+"""Paths given less than this share are dropped (and the rest scaled up): they add a
+transfer for next to no bandwidth."""
+
 PATH_KINDS = ("direct", "fabric", "relay")
 
 DEFAULT_SIZE = 64 * 2**20
@@ -162,7 +166,8 @@ def plan_p2p(topology: Topology, src: int, dst: int, size_bytes: int, *,
     ----------
     kinds: path kinds to use: ``direct``, ``fabric`` (other routes through switches and
         host memory), ``relay`` (through peer ranks).
-    max_paths, max_relays: bounds on path discovery (:func:`find_paths`).
+    max_paths, max_relays: bounds on path discovery (:func:`find_paths`); ranks that
+        no path of ``max_relays`` relays joins are joined through as many as it takes.
     max_pieces: pipeline pieces per relay path at most.
     iterations: rounds of simulator correction of the shares.
     chunks_per_rank: message granularity (default: ``RESOLUTION`` chunks in all).
@@ -181,6 +186,10 @@ def plan_p2p(topology: Topology, src: int, dst: int, size_bytes: int, *,
     total = c * topology.num_ranks
     candidates = [p for p in find_paths(topology, src, dst, max_paths=max_paths,
                                         max_relays=max_relays) if p.kind in kinds]
+    if not candidates and max_relays < topology.num_ranks - 2:  # far apart: relay more
+        candidates = [p for p in find_paths(topology, src, dst, max_paths=max_paths,
+                                            max_relays=topology.num_ranks - 2)
+                      if p.kind in kinds]
     direct = direct_path(topology, src, dst)
     direct_s = math.inf
     if direct is not None:
@@ -212,6 +221,7 @@ def _simulated(topology: Topology, src: int, dst: int, size_bytes: int,
                max_pieces: int) -> P2PPlan:
     """Build the plan for ``shares`` and simulate it."""
     total = c * topology.num_ranks
+    shares = np.where(shares >= MIN_SHARE * shares.sum(), shares, 0.0)
     chunks = apportion(shares, total)
     parts = []
     for path, count in zip(candidates, chunks):

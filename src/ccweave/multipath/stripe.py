@@ -29,6 +29,9 @@ from ccweave.simulate import SimResult
 from ccweave.topology.model import Topology
 
 SCALES = (1.0, 0.6, 0.3)
+MIN_GAIN = 1e-3
+"""A striped variant must be at least this fraction faster to replace the schedule."""
+
 STRIPE_PIECES = 2
 """Pipeline pieces per relay path of one striped transfer at most: a pipelined schedule
 already moves in pieces, and each piece more is a transfer more."""
@@ -81,7 +84,7 @@ def stripe(schedule: Schedule, topology: Topology, size_bytes: float, *,
     best = schedule
     for striped in striped_ones:
         time_s = routes.simulate(striped, topology, size_bytes).time_s
-        if time_s < best_time:
+        if time_s < best_time * (1 - MIN_GAIN):
             best, best_time = striped, time_s
     return best
 
