@@ -98,3 +98,11 @@ def test_corrupted_files_are_refused(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(InputError, match=message):
         load(path)
+
+
+def test_pinned_routes_survive_json():
+    b = ScheduleBuilder(Collective(Kind.SENDRECV, 4, 1, root=0, peer=1))
+    b.add(0, 1, I, 0, O, 0, 2)
+    b.add(0, 1, I, 2, O, 2, 2, via=("cpu0",))
+    back = from_dict(json.loads(json.dumps(to_dict(b.build("x")))))
+    assert [t.via for t in back.transfers] == [None, ("cpu0",)]

@@ -421,3 +421,25 @@ def test_the_benchmark_runs_and_reports_json():
     row = json.loads(done.stdout)
     assert row["transfers"] == 2 * 7 * 8 and row["transfers_per_s"] > 0
     assert row["simulated_time_s"] == pytest.approx(row["closed_form_s"], rel=1e-12)
+
+
+def test_a_pinned_route_is_taken_instead_of_the_cheapest():
+    """Mist: GPU0 -> GPU1 over the direct NVLink and, pinned, through the host at once."""
+    from ccweave.topology import zoo
+    from ccweave.verify import check
+
+    mist = zoo.get("mist")
+    builder = ScheduleBuilder(Collective(Kind.SENDRECV, 4, 1, root=0, peer=1))
+    builder.add(0, 1, Buffer.INPUT, 0, Buffer.OUTPUT, 0, 2)
+    builder.add(0, 1, Buffer.INPUT, 2, Buffer.OUTPUT, 2, 2, via=("cpu0",))
+    both = builder.build("two paths")
+    size = 2**30
+    assert check(both, mist).ok
+    alone = simulate(both, mist, size).time_s
+    assert alone == pytest.approx(size / 2 / 75e9 + 1.4e-6, rel=1e-6)
+    bad = ScheduleBuilder(Collective(Kind.SENDRECV, 4, 1, root=0, peer=1))
+    bad.add(0, 1, Buffer.INPUT, 0, Buffer.OUTPUT, 0, 4, via=("cpu1",))
+    problem = check(bad.build("bad"), mist).problems[0]
+    assert problem.kind.value == "no_route" and "no link 0 -> cpu1" in problem.message
+    with pytest.raises(TopologyError, match="no link 0 -> cpu1"):
+        simulate(bad.build("bad"), mist, size)

@@ -30,6 +30,9 @@ class Transfer:
     """Move ``count`` consecutive chunks from one rank's slot to another's.
 
     ``op=REDUCE`` adds the data into the destination instead of overwriting it.
+    ``via`` pins the route: the fabric nodes it passes in order (``()``: the direct link);
+    ``None`` takes the pair's cheapest route. Multipath strategies use it to send over a
+    host path beside the direct link between the same two ranks.
     """
 
     src: int
@@ -42,6 +45,7 @@ class Transfer:
     op: Op = Op.COPY
     deps: tuple[int, ...] = ()
     channel: int = 0
+    via: tuple[str, ...] | None = None
 
     @property
     def is_local(self) -> bool:
@@ -173,7 +177,8 @@ class ScheduleBuilder:
 
     def add(self, src: int, dst: int, src_buffer: Buffer, src_index: int,
             dst_buffer: Buffer, dst_index: int, count: int = 1, op: Op = Op.COPY,
-            channel: int = 0, after: Iterable[int] = ()) -> int:
+            channel: int = 0, after: Iterable[int] = (),
+            via: tuple[str, ...] | None = None) -> int:
         """Append a transfer and return its index; ``after`` adds explicit deps."""
         writer, readers = self._writer, self._readers
         index = len(self.transfers)
@@ -193,7 +198,8 @@ class ScheduleBuilder:
                 deps.update(waiting)
         deps.discard(index)
         self.transfers.append(Transfer(src, dst, src_buffer, src_index, dst_buffer, dst_index,
-                                       count, op, tuple(sorted(deps)), channel))
+                                       count, op, tuple(sorted(deps)), channel,
+                                       None if via is None else tuple(via)))
         for key in reads:
             waiting = readers.get(key)
             if waiting is None:
@@ -247,7 +253,8 @@ _CODE_OP = {code: op for op, code in _OP_CODE.items()}
 
 def to_dict(schedule: Schedule) -> dict[str, object]:
     """A JSON-ready dict; transfers as compact rows
-    ``[src, dst, src_buffer, src_index, dst_buffer, dst_index, count, op, deps, channel]``."""
+    ``[src, dst, src_buffer, src_index, dst_buffer, dst_index, count, op, deps, channel]``,
+    with an 11th element, the route's fabric nodes, where a transfer pins its route."""
     coll = schedule.collective
     return {
         "format": FORMAT,
@@ -260,11 +267,17 @@ def to_dict(schedule: Schedule) -> dict[str, object]:
         "scratch_chunks": schedule.scratch_chunks,
         "metadata": dict(schedule.metadata),
         "transfer_fields": ["src", "dst", "src_buffer", "src_index", "dst_buffer", "dst_index",
-                            "count", "op", "deps", "channel"],
-        "transfers": [[t.src, t.dst, _BUFFER_CODE[t.src_buffer], t.src_index,
-                       _BUFFER_CODE[t.dst_buffer], t.dst_index, t.count, _OP_CODE[t.op],
-                       list(t.deps), t.channel] for t in schedule.transfers],
+                            "count", "op", "deps", "channel", "via"],
+        "transfers": [_row(t) for t in schedule.transfers],
     }
+
+
+def _row(t: Transfer) -> list[object]:
+    row = [t.src, t.dst, _BUFFER_CODE[t.src_buffer], t.src_index, _BUFFER_CODE[t.dst_buffer],
+           t.dst_index, t.count, _OP_CODE[t.op], list(t.deps), t.channel]
+    if t.via is not None:
+        row.append(list(t.via))
+    return row
 
 
 def from_dict(data: object, source: str = "schedule") -> Schedule:
@@ -289,14 +302,17 @@ def from_dict(data: object, source: str = "schedule") -> Schedule:
     transfers = []
     for number, row in enumerate(rows):
         try:
-            src, dst, sbuf, sidx, dbuf, didx, count, op, deps, channel = row
+            src, dst, sbuf, sidx, dbuf, didx, count, op, deps, channel, *via = row
+            if len(via) > 1 or (via and not all(isinstance(n, str) for n in via[0])):
+                raise ValueError("via must be a list of fabric node names")
             transfers.append(Transfer(_int(src), _int(dst), _CODE_BUFFER[sbuf], _int(sidx),
                                       _CODE_BUFFER[dbuf], _int(didx), _int(count), _CODE_OP[op],
-                                      tuple(_int(d) for d in deps), _int(channel)))
+                                      tuple(_int(d) for d in deps), _int(channel),
+                                      tuple(via[0]) if via else None))
         except (KeyError, TypeError, ValueError):
             raise InputError(f"{source}: transfers[{number}] = {row!r} is malformed; each row "
                              "is [src, dst, src_buffer i|o|s, src_index, dst_buffer, dst_index, "
-                             "count, op c|r, [deps], channel]") from None
+                             "count, op c|r, [deps], channel] and optionally [via nodes]") from None
     scratch = data.get("scratch_chunks", 0)
     if not isinstance(scratch, int) or scratch < 0:
         raise InputError(f"{source}: scratch_chunks must be an integer >= 0, got {scratch!r}")

@@ -191,27 +191,50 @@ class _Plan:
 
     def _routes(self, src: np.ndarray, dst: np.ndarray) -> None:
         """Per transfer: its resources, route alpha and bottleneck bandwidth."""
+        vias = [t.via for t in self.schedule.transfers]
+        if any(via is not None for via in vias):
+            self._pinned_routes(src.tolist(), dst.tolist(), vias)
+            return
         ranks = self.topology.num_ranks
         keys, first, pair_of = np.unique(src * ranks + dst, return_index=True,
                                          return_inverse=True)
         pairs = [self._pair(int(index), int(key) // ranks, int(key) % ranks)
                  for key, index in zip(keys, first)]
-        self.pairs = pairs
-        self.pair_of = pair_of.reshape(-1)
-        pick = self.pair_of.tolist()
-        self.route = list(map([p[0] for p in pairs].__getitem__, pick))
-        self.alpha = np.array([p[1] for p in pairs], dtype=float)[self.pair_of].tolist()
-        self.bottleneck = np.array([p[2] for p in pairs], dtype=float)[self.pair_of].tolist()
+        self._set_routes(pairs, pair_of.reshape(-1))
 
-    def _pair(self, index: int, src: int, dst: int) -> tuple[tuple[int, ...], float, float]:
-        """(resources, alpha, bottleneck bandwidth) of the route ``src -> dst``; ``index``
-        is the first transfer between them, for the error message."""
+    def _pinned_routes(self, src: list[int], dst: list[int],
+                       vias: list[tuple[str, ...] | None]) -> None:
+        """Routes keyed by (src, dst, via) where some transfers pin theirs."""
+        keys: dict[tuple, int] = {}
+        pairs, pair_of = [], []
+        for index, key in enumerate(zip(src, dst, vias)):
+            if key not in keys:
+                keys[key] = len(pairs)
+                pairs.append(self._pair(index, *key))
+            pair_of.append(keys[key])
+        self._set_routes(pairs, np.array(pair_of, dtype=np.int64))
+
+    def _set_routes(self, pairs: list[tuple[tuple[int, ...], float, float]],
+                    pair_of: np.ndarray) -> None:
+        self.pairs = pairs
+        self.pair_of = pair_of
+        pick = pair_of.tolist()
+        self.route = list(map([p[0] for p in pairs].__getitem__, pick))
+        self.alpha = np.array([p[1] for p in pairs], dtype=float)[pair_of].tolist()
+        self.bottleneck = np.array([p[2] for p in pairs], dtype=float)[pair_of].tolist()
+
+    def _pair(self, index: int, src: int, dst: int, via: tuple[str, ...] | None = None
+              ) -> tuple[tuple[int, ...], float, float]:
+        """(resources, alpha, bottleneck bandwidth) of the route ``src -> dst`` (through
+        ``via`` when pinned); ``index`` is the first such transfer, for the error message."""
         topology = self.topology
         if src == dst:
             return (self.num_links + src,), 0.0, float(topology.local_bandwidth)
         try:
-            route = topology.route(src, dst)
-        except TopologyError:
+            route = topology.route_via(src, dst, via)
+        except TopologyError as error:
+            if via is not None:
+                raise TopologyError(f"transfer {index} ({src} -> {dst}): {error}") from None
             raise TopologyError(
                 f"transfer {index} ({src} -> {dst}): topology {topology.name!r} has no route "
                 f"from rank {src} to rank {dst} that avoids other ranks; relay it through a "

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from numbers import Integral
 
 from ccweave.collectives import Buffer
-from ccweave.errors import InputError, VerificationError
+from ccweave.errors import InputError, TopologyError, VerificationError
 from ccweave.schedule import Op, Schedule, Transfer, topological_order
 from ccweave.topology.model import Topology
 
@@ -257,9 +257,21 @@ def _check_topology(schedule: Schedule, topology: Topology, report: _Report) -> 
                    f"{topology.name!r} has {topology.num_ranks}; synthesize it for this topology")
         return
     routed: dict[tuple[int, int], bool] = {}
+    pinned: set[tuple[int, int, tuple[str, ...]]] = set()
     for index, t in enumerate(schedule.transfers):
         pair = (t.src, t.dst)
-        if t.src == t.dst or pair in routed or not all(map(topology.is_rank, pair)):
+        if t.src == t.dst or not all(map(topology.is_rank, pair)):
+            continue
+        if t.via is not None:
+            if (*pair, t.via) not in pinned:
+                pinned.add((*pair, t.via))
+                try:
+                    topology.route_via(t.src, t.dst, t.via)
+                except TopologyError as error:
+                    report.add(ProblemKind.NO_ROUTE,
+                               f"{_name(index, schedule.transfers)}: {error}", index, t.dst)
+            continue
+        if pair in routed:
             continue
         routed[pair] = topology.has_route(*pair)
         if not routed[pair]:

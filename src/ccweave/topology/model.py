@@ -238,6 +238,28 @@ class Topology:
         """
         return self._router.route(src, dst)
 
+    def route_via(self, src: int, dst: int, via: tuple[str, ...] | None) -> tuple[int, ...]:
+        """Link indices of the route ``src -> via... -> dst`` (``via=()``: the direct link;
+        ``None``: the cheapest route). Raises ``TopologyError`` naming a missing link or a
+        node of ``via`` that is not fabric."""
+        if via is None or src == dst:
+            return self.route(src, dst) if src != dst else ()
+        nodes = (src, *via, dst)
+        shown = " -> ".join(map(str, nodes))
+        for node in via:
+            if not isinstance(node, str) or node not in self.fabric:
+                raise TopologyError(f"route {shown}: {node!r} is not a fabric node of "
+                                    f"{self.name!r}; routes pass fabric only, ranks relay "
+                                    "with explicit transfers")
+        links = []
+        for a, b in itertools.pairwise(nodes):
+            index = self.link_id.get((a, b))
+            if index is None:
+                raise TopologyError(f"route {shown}: topology {self.name!r} has no link "
+                                    f"{a} -> {b}")
+            links.append(index)
+        return tuple(links)
+
     def has_route(self, src: int, dst: int) -> bool:
         return src == dst or self._router.route_or_none(src, dst) is not None
 
