@@ -145,7 +145,8 @@ def flat(topology: Topology, depth: int) -> Schedule:
         for j in range(n):
             for rank in [(j + k) % n for k in range(1, n)]:
                 pipe.send(j, rank, (OUT, j * depth + p), (OUT, j * depth + p), 1, stage=1)
-    return pipe.build(schedule_name("flat-pipelined", depth=depth), topology=topology.name)
+    return pipe.build(schedule_name("flat-pipelined", depth=depth), topology=topology.name,
+                      depth=depth)
 
 
 # ----------------------------------------------------------- hierarchical
@@ -219,7 +220,7 @@ def hierarchical(topology: Topology, groups: Sequence[Sequence[int]], depth: int
                 for a, b in itertools.pairwise(reversed(lines[number])):
                     pipe.send(a, b, piece, piece, length, stage=3)
     return pipe.build(schedule_name("hierarchical-pipelined", intra=intra, depth=depth),
-                      topology=topology.name)
+                      topology=topology.name, intra=intra, depth=depth)
 
 
 def _per_piece(topology: Topology, level: str) -> int:
