@@ -58,5 +58,5 @@ def test_profile_recovers_the_emulated_bandwidth(tmp_path):
     fit = profile.pair(0, 1).curve.fit
     configured = RATE_MBIT * 1e6 / 8
     assert fit.bandwidth == pytest.approx(configured, rel=0.10)
-    assert fit.r2 > 0.99
+    assert fit.r2 > 0.95  # 0.9999 on a quiet host; a loaded one (the suite on 2 cores) ~0.98
     assert flat(profile).route_bandwidth(0, 1) == pytest.approx(fit.bandwidth)
