@@ -25,6 +25,7 @@ from ccweave.schedule import Schedule, ScheduleBuilder
 from ccweave.synth.layout import reject_options, require_kind
 from ccweave.synth.registry import register
 from ccweave.topology.model import Topology
+from ccweave.units import parse_size
 
 RESOLUTION = 1024
 """Chunks the message is cut into (at least): shares are whole chunks, so 1/1024 steps."""
@@ -276,14 +277,23 @@ def build_multipath(topology: Topology, kind: Kind, *, root: int = 0,
     require_kind(Kind.parse(kind), {Kind.SENDRECV}, "multipath")
     known = ("peer", "size", "kinds", "max_paths", "max_relays", "max_pieces")
     reject_options(options, "multipath", known)
-    peer = int(options.get("peer", (root + 1) % topology.num_ranks))  # type: ignore[arg-type]
     kinds = options.get("kinds", PATH_KINDS)
     if isinstance(kinds, str):
         kinds = tuple(k.strip() for k in kinds.split(","))
-    plan = plan_p2p(topology, root, peer, int(options.get("size", DEFAULT_SIZE)),  # type: ignore[arg-type]
-                    kinds=kinds,  # type: ignore[arg-type]
-                    max_paths=int(options.get("max_paths", MAX_PATHS)),  # type: ignore[arg-type]
-                    max_relays=int(options.get("max_relays", MAX_RELAYS)),  # type: ignore[arg-type]
-                    max_pieces=int(options.get("max_pieces", MAX_PIECES)),  # type: ignore[arg-type]
+    size = options.get("size", DEFAULT_SIZE)
+    plan = plan_p2p(topology, root, _whole(options.get("peer", (root + 1) %
+                                                       topology.num_ranks), "peer"),
+                    parse_size(size) if isinstance(size, str) else _whole(size, "size"),
+                    kinds=tuple(kinds),  # type: ignore[arg-type]
+                    max_paths=_whole(options.get("max_paths", MAX_PATHS), "max_paths"),
+                    max_relays=_whole(options.get("max_relays", MAX_RELAYS), "max_relays"),
+                    max_pieces=_whole(options.get("max_pieces", MAX_PIECES), "max_pieces"),
                     chunks_per_rank=chunks)
     return plan.to_schedule()
+
+
+def _whole(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise InputError(f"strategy 'multipath': option {name} must be a whole number, "
+                         f"got {value!r}")
+    return int(value)

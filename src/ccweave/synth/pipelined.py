@@ -33,6 +33,7 @@ from ccweave.schedule import Op, Schedule, ScheduleBuilder
 from ccweave.synth.layout import reject_options, require_kind, schedule_name
 from ccweave.synth.registry import register
 from ccweave.topology.model import Topology
+from ccweave.units import parse_size
 
 IN, OUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
 Slot = tuple[Buffer, int]
@@ -299,6 +300,8 @@ def _options(strategy: str, options: dict[str, object],
                    ("depth", "size", "multipath", *extra))
     depth = options.get("depth")
     size = options.get("size", DEFAULT_SIZE)
+    if isinstance(size, str):
+        size = parse_size(size)
     multipath = options.get("multipath", "auto")
     if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int)
                               or depth < 1):
