@@ -9,7 +9,7 @@
    and flat-pipelined (each tuned at that size, with and without multipath) against ring
    and double-binary-tree (the paper: 1.25x over NCCL on Mist, 1.06x on Cedar).
 
-Every schedule is verified (and its named routes checked) before it is timed.
+Every schedule is verified (pinned routes included) before it is timed.
 
     python benchmarks/multipath.py [--json]
 """
@@ -24,7 +24,8 @@ import time
 import ccweave.synth.pipelined  # noqa: F401  (registers the strategies)
 from ccweave.collectives import Kind
 from ccweave.errors import NotApplicableError
-from ccweave.multipath import plan_p2p, routes
+from ccweave.multipath import plan_p2p
+from ccweave.simulate import simulate
 from ccweave.synth import synthesize
 from ccweave.topology import zoo
 from ccweave.verify import verify
@@ -39,8 +40,7 @@ PAPER_ALLREDUCE = {"mist": "1.25x over NCCL (hierarchical)", "cedar": "1.06x ove
 
 
 def proven(schedule, topology) -> None:
-    verify(schedule, topology)
-    routes.check(schedule, topology)
+    verify(schedule, topology)  # with the pinned routes
 
 
 def p2p_rows() -> list[dict[str, object]]:
@@ -84,7 +84,7 @@ def allreduce_rows() -> list[dict[str, object]]:
                 built.append((f"{name} (no multipath)", alone))
             for label, schedule in built:
                 proven(schedule, topology)
-                times[label] = routes.simulate(schedule, topology, size).time_s
+                times[label] = simulate(schedule, topology, size).time_s
                 names[label] = schedule.name
             best_new = min((label for label in times if label in NEW), key=times.get)
             rows.append({"machine": machine, "size": size,

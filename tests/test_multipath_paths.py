@@ -1,17 +1,16 @@
-"""Path discovery and per-transfer routes: which paths each machine offers, and that a
-transfer named onto another route is simulated and checked on it."""
+"""Path discovery: which paths each machine offers, and hops that pin their route where it
+is not the pair's cheapest."""
 
 from __future__ import annotations
 
 import pytest
 
-from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import InputError, TopologyError
-from ccweave.multipath import routes
-from ccweave.multipath.paths import direct_path, find_paths
-from ccweave.schedule import ScheduleBuilder
+from ccweave.multipath import plan_p2p
+from ccweave.multipath.paths import direct_path, find_paths, hop
 from ccweave.simulate import simulate
 from ccweave.topology import zoo
+from ccweave.verify import verify
 
 MB = 2**20
 
@@ -59,29 +58,23 @@ def test_bad_ranks_are_refused():
         find_paths(zoo.get("mist"), 1, 1)
 
 
-def two_halves(via):
-    """Half of a 0 -> 1 sendrecv on the cheapest route, half on route ``via``."""
-    builder = ScheduleBuilder(Collective(Kind.SENDRECV, 4, 2, 0, 1))
-    builder.copy(0, 1, (Buffer.INPUT, 0), (Buffer.OUTPUT, 0), 4)
-    second = builder.copy(0, 1, (Buffer.INPUT, 4), (Buffer.OUTPUT, 4), 4)
-    return routes.with_vias(builder.build("halves"), {second: via})
-
-
-def test_a_named_route_is_simulated_on_its_links():
+def test_hops_pin_only_routes_that_are_not_the_cheapest():
     mist = zoo.get("mist")
-    schedule = two_halves(("cpu0",))
-    routes.check(schedule, mist)
-    both = routes.simulate(schedule, mist, 64 * MB).time_s
-    shared = simulate(schedule, mist, 64 * MB).time_s  # the core: both on the NVLink
-    assert both == pytest.approx(32 * MB / 75e9 + 1.4e-6, rel=1e-6)
-    assert shared > 1.9 * both
-    assert routes.vias(schedule) == {1: ("cpu0",)}
-
-
-def test_bad_routes_are_named():
-    mist = zoo.get("mist")
+    host = hop(mist, 0, 1, ("cpu0",))
+    assert host.via == ("cpu0",) and host.bandwidth == 75e9
+    assert host.links == (mist.link_id[(0, "cpu0")], mist.link_id[("cpu0", 1)])
+    assert hop(mist, 0, 1, ()).via is None  # the direct link is the cheapest route
+    assert hop(mist, 0, 1).links == mist.route(0, 1)
     with pytest.raises(TopologyError, match="no link"):
-        routes.check(two_halves(("cpu1",)), mist)
-    with pytest.raises(TopologyError, match="not fabric"):
-        routes.check(two_halves(("nowhere",)), mist)
-    assert routes.route_links(mist, 0, 1, ()) == (mist.link_id[(0, 1)],)
+        hop(mist, 0, 1, ("cpu1",))
+
+
+def test_a_host_staged_stripe_pins_its_route():
+    """The planner's Mist schedule: half on the NVLink, half through host memory, each at
+    75 GB/s, because the host half names its route."""
+    mist = zoo.get("mist")
+    schedule = plan_p2p(mist, 0, 1, 64 * MB).to_schedule()
+    assert [t.via for t in schedule.transfers] == [None, ("cpu0",)]
+    verify(schedule, mist)
+    assert simulate(schedule, mist, 64 * MB).time_s == pytest.approx(
+        32 * MB / 75e9 + 1.4e-6, rel=1e-3)

@@ -8,6 +8,5 @@ schedule's own contention taken into account. docs/multipath.md explains the mod
 
 from ccweave.multipath.p2p import P2PPlan, PathShare, plan_p2p
 from ccweave.multipath.paths import Hop, Path, find_paths
-from ccweave.multipath.routes import simulate
 
-__all__ = ["Hop", "P2PPlan", "Path", "PathShare", "find_paths", "plan_p2p", "simulate"]
+__all__ = ["Hop", "P2PPlan", "Path", "PathShare", "find_paths", "plan_p2p"]

@@ -4,8 +4,8 @@
 and pipeline pieces (:mod:`~ccweave.multipath.shares`), then corrects the shares with
 the simulator until the paths finish together, and keeps the direct path alone when
 striping does not pay. :meth:`P2PPlan.to_schedule` is an ordinary ``sendrecv``
-schedule: each piece is one transfer per hop, relays hold pieces in scratch, routes
-other than a pair's cheapest are named in ``metadata["via"]`` (:mod:`.routes`).
+schedule: each piece is one transfer per hop, relays hold pieces in scratch, and a
+transfer on another route than its pair's cheapest pins it (``Transfer.via``).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import numpy as np
 
 from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import InputError, NotApplicableError
-from ccweave.multipath import routes
 from ccweave.multipath.paths import MAX_PATHS, MAX_RELAYS, Path, direct_path, find_paths
 from ccweave.multipath.shares import MAX_PIECES, path_cost, pieces, solve
-from ccweave.schedule import Schedule, ScheduleBuilder
+from ccweave.schedule import Op, Schedule, ScheduleBuilder
+from ccweave.simulate import simulate
 from ccweave.synth.layout import reject_options, require_kind
 from ccweave.synth.registry import register
 from ccweave.topology.model import Topology
@@ -126,7 +126,6 @@ def build_schedule(topology: Topology, src: int, dst: int,
         raise InputError(f"multipath: parts cover {sum(c for _, c, _ in parts)} chunks, the "
                          f"message has {coll.total_chunks}")
     builder = ScheduleBuilder(coll)
-    via: dict[int, tuple[str, ...]] = {}
     scratch_used: dict[int, int] = {}
     finals: list[list[int]] = []
     offset = 0
@@ -143,18 +142,16 @@ def build_schedule(topology: Topology, src: int, dst: int,
                     scratch_used[hop.dst] = at + length
                     target = (Buffer.SCRATCH, at)
                 after = [] if last_on_hop[number] is None else [last_on_hop[number]]
-                index = builder.copy(hop.src, hop.dst, slot, target, length, channel, after)
-                if hop.via is not None:
-                    via[index] = hop.via
+                index = builder.add(hop.src, hop.dst, *slot, *target, length, Op.COPY,
+                                    channel, after, hop.via)
                 last_on_hop[number] = index
                 slot = target
             mine.append(index)
         finals.append(mine)
         offset += chunks
-    schedule = builder.build(name, topology=topology.name,
-                             paths=[path.describe() for path, _, _ in parts],
-                             path_transfers=finals)
-    return routes.with_vias(schedule, via)
+    return builder.build(name, topology=topology.name,
+                         paths=[path.describe() for path, _, _ in parts],
+                         path_transfers=finals)
 
 
 def plan_p2p(topology: Topology, src: int, dst: int, size_bytes: int, *,
@@ -195,7 +192,7 @@ def plan_p2p(topology: Topology, src: int, dst: int, size_bytes: int, *,
     direct_s = math.inf
     if direct is not None:
         alone = build_schedule(topology, src, dst, [(direct, total, 1)], c)
-        direct_s = routes.simulate(alone, topology, size_bytes).time_s
+        direct_s = simulate(alone, topology, size_bytes).time_s
     if not candidates:
         if direct is None:
             raise NotApplicableError(f"{topology.name!r}: no path from rank {src} to rank "
@@ -230,7 +227,7 @@ def _simulated(topology: Topology, src: int, dst: int, size_bytes: int,
             k = min(count, pieces(path, count / total, size_bytes, max_pieces))
             parts.append((path, count, k))
     schedule = build_schedule(topology, src, dst, parts, c)
-    sim = routes.simulate(schedule, topology, size_bytes)
+    sim = simulate(schedule, topology, size_bytes)
     finals = schedule.metadata["path_transfers"]
     used = [PathShare(path, count / total, count, k,
                       float(max(sim.finish[i] for i in ends)))

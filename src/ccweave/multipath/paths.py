@@ -20,7 +20,6 @@ from functools import cached_property, lru_cache
 import networkx as nx
 
 from ccweave.errors import InputError
-from ccweave.multipath.routes import route_links
 from ccweave.topology.model import ROUTE_REFERENCE_BYTES, Topology
 
 MAX_PATHS = 8
@@ -100,7 +99,7 @@ class Path:
 
 def hop(topology: Topology, src: int, dst: int, via: tuple[str, ...] | None = None) -> Hop:
     """The hop ``src -> via... -> dst`` (the cheapest route when ``via`` is ``None``)."""
-    links = route_links(topology, src, dst, via)
+    links = topology.route_via(src, dst, via)
     if via is not None and links == topology.route(src, dst):
         via = None
     return Hop(src, dst, None if via is None else tuple(via), links,

@@ -20,12 +20,11 @@ import numpy as np
 
 from ccweave.collectives import Buffer, Collective
 from ccweave.errors import InputError
-from ccweave.multipath import routes
 from ccweave.multipath.p2p import PATH_KINDS, apportion, split_run
 from ccweave.multipath.paths import MAX_PATHS, MAX_RELAYS, Path, find_paths
 from ccweave.multipath.shares import pieces, solve
 from ccweave.schedule import Op, Schedule, Transfer, topological_order
-from ccweave.simulate import SimResult
+from ccweave.simulate import SimResult, simulate
 from ccweave.topology.model import Topology
 
 SCALES = (1.0, 0.6, 0.3)
@@ -77,13 +76,13 @@ def stripe(schedule: Schedule, topology: Topology, size_bytes: float, *,
     Returns
     -------
     The fastest of the striped variants and ``schedule`` itself, in simulation at
-    ``size_bytes``; routes other than the cheapest are in ``metadata["via"]``.
+    ``size_bytes``; transfers on other routes than the cheapest pin them (``via``).
     """
     best_time, striped_ones = _variants(schedule, topology, size_bytes, kinds, pairs,
                                         max_paths, max_relays, max_pieces, scales, split)
     best = schedule
     for striped in striped_ones:
-        time_s = routes.simulate(striped, topology, size_bytes).time_s
+        time_s = simulate(striped, topology, size_bytes).time_s
         if time_s < best_time * (1 - MIN_GAIN):
             best, best_time = striped, time_s
     return best
@@ -110,13 +109,13 @@ def _variants(schedule: Schedule, topology: Topology, size_bytes: float,
         raise InputError(f"unknown path kind {sorted(unknown)[0]!r}; use "
                          + ", ".join(PATH_KINDS))
     schedule = finer(schedule, split)
-    base = routes.simulate(schedule, topology, size_bytes)
+    base = simulate(schedule, topology, size_bytes)
     loads = _Loads(base, topology)
-    fixed = routes.vias(schedule)
     chunk = schedule.collective.chunk_bytes(size_bytes)
     eligible: dict[int, tuple[list[Path], np.ndarray, set[int]]] = {}
     for index, t in enumerate(schedule.transfers):
-        if t.is_local or t.count < 2 or index in fixed or (pairs and not pairs(t.src, t.dst)):
+        if t.is_local or t.count < 2 or t.via is not None \
+                or (pairs and not pairs(t.src, t.dst)):
             continue
         candidates = [p for p in find_paths(topology, t.src, t.dst, max_paths=max_paths,
                                             max_relays=max_relays)
@@ -153,7 +152,7 @@ def _variants(schedule: Schedule, topology: Topology, size_bytes: float,
                   for index, plan in plans.items()}
         splits = {index: s for index, s in splits.items() if len(s.parts) > 1}
         if splits:
-            striped.append(_emit(schedule, splits, fixed, scale))
+            striped.append(_emit(schedule, splits, scale))
     return base.time_s, striped
 
 
@@ -164,7 +163,7 @@ def _bottleneck(path: Path, capacity: np.ndarray) -> float:
 def finer(schedule: Schedule, k: int) -> Schedule:
     """The same transfers on chunks cut into ``k``: chunk ``i`` becomes ``k*i .. k*i+k-1``
     and a transfer of ``c`` chunks moves ``k*c`` (unlike :func:`~ccweave.transforms.refine`,
-    no transfer is split, so transfer indices and their routes stay valid)."""
+    no transfer is split, so transfer indices stay valid)."""
     if not isinstance(k, int) or k < 1:
         raise InputError(f"split must be a positive integer, got {k!r}")
     if k == 1:
@@ -201,13 +200,11 @@ class _Loads:
         self.topology = topology
         schedule = sim.schedule
         chunk = schedule.collective.chunk_bytes(sim.size_bytes)
-        vias = routes.vias(schedule)
         flows: dict[int, list[int]] = {}
         self.rate = np.zeros(len(schedule.transfers))
         self.links: list[tuple[int, ...]] = []
         for index, t in enumerate(schedule.transfers):
-            links = () if t.is_local else routes.route_links(topology, t.src, t.dst,
-                                                             vias.get(index))
+            links = () if t.is_local else topology.route_via(t.src, t.dst, t.via)
             self.links.append(links)
             span = sim.finish[index] - sim.start[index]
             if links and span > 0:
@@ -258,8 +255,7 @@ class _Loads:
                 capacity[index][link] /= max(crowd, 1.0)
 
 
-def _emit(schedule: Schedule, splits: dict[int, _Split], fixed: dict[int, tuple[str, ...]],
-          scale: float) -> Schedule:
+def _emit(schedule: Schedule, splits: dict[int, _Split], scale: float) -> Schedule:
     """``schedule`` with the striped transfers split over their paths.
 
     Deps are mapped, not re-derived: a piece waits for everything its transfer waited
@@ -273,30 +269,26 @@ def _emit(schedule: Schedule, splits: dict[int, _Split], fixed: dict[int, tuple[
         t = schedule.transfers[index]
         after = tuple(new for dep in t.deps for new in finals[dep])
         if index not in splits:
-            finals[index] = [out.add(replace(t, deps=after), fixed.get(index))]
+            finals[index] = [out.add(replace(t, deps=after))]
         else:
             finals[index] = _emit_split(out, t, splits[index], after)
-    return routes.with_vias(replace(
-        schedule, transfers=tuple(out.transfers), scratch_chunks=out.scratch_chunks,
-        name=f"{schedule.name}+stripe",
-        metadata={**{k: v for k, v in schedule.metadata.items() if k != routes.VIA},
-                  "striped_transfers": len(splits), "stripe_scale": scale}), out.via)
+    return replace(schedule, transfers=tuple(out.transfers),
+                   scratch_chunks=out.scratch_chunks, name=f"{schedule.name}+stripe",
+                   metadata={**schedule.metadata, "striped_transfers": len(splits),
+                             "stripe_scale": scale})
 
 
 class _Out:
-    """The transfers being written, their routes and the relays' scratch."""
+    """The transfers being written and the relays' scratch."""
 
     def __init__(self, scratch_base: int) -> None:
         self.transfers: list[Transfer] = []
-        self.via: dict[int, tuple[str, ...]] = {}
         self.base = scratch_base
         self.used: dict[int, int] = {}
         self.scratch_chunks = scratch_base
 
-    def add(self, transfer: Transfer, via: tuple[str, ...] | None = None) -> int:
+    def add(self, transfer: Transfer) -> int:
         self.transfers.append(transfer)
-        if via is not None:
-            self.via[len(self.transfers) - 1] = via
         return len(self.transfers) - 1
 
     def scratch(self, rank: int, count: int) -> int:
@@ -325,7 +317,7 @@ def _emit_split(out: _Out, t: Transfer, split: _Split, after: tuple[int, ...]) -
                     deps.append(last_on_hop[number])
                 previous = out.add(Transfer(hop.src, hop.dst, *slot, *target, length,
                                             t.op if final else Op.COPY, tuple(deps),
-                                            t.channel), hop.via)
+                                            t.channel, hop.via))
                 last_on_hop[number] = previous
                 slot = target
             ends.append(previous)

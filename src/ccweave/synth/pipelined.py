@@ -30,6 +30,7 @@ import networkx as nx
 from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import InputError, NotApplicableError
 from ccweave.schedule import Op, Schedule, ScheduleBuilder
+from ccweave.simulate import simulate
 from ccweave.synth.layout import reject_options, require_kind, schedule_name
 from ccweave.synth.registry import register
 from ccweave.topology.model import Topology
@@ -239,8 +240,6 @@ def levels(topology: Topology) -> list[str]:
 # ------------------------------------------------------------------ tuning
 
 def _time(schedule: Schedule, topology: Topology, size: float) -> float:
-    from ccweave.multipath.routes import simulate
-
     return simulate(schedule, topology, size).time_s
 
 
