@@ -108,8 +108,9 @@ def split_counts(schedule: Schedule, limit: int = spec.MAX_COUNT - 1) -> Schedul
 
 
 def transfer_order(transfers: tuple[Transfer, ...]) -> list[int]:
-    """A topological order that follows the schedule's own order where it can (Kahn's
-    algorithm taking the lowest index first), so exports are stable and readable."""
+    """A topological order by time step: by the length of the longest dependency chain
+    before a transfer (what could run at once comes together), then by index. Messages
+    on a connection go in this order."""
     count = len(transfers)
     waiting = [len(set(t.deps)) for t in transfers]
     children: list[list[int]] = [[] for _ in range(count)]
@@ -119,16 +120,18 @@ def transfer_order(transfers: tuple[Transfer, ...]) -> list[int]:
                 raise InputError(f"transfer {index} depends on transfer {dep}, which does "
                                  f"not exist (the schedule has {count})")
             children[dep].append(index)
-    ready = [i for i in range(count) if waiting[i] == 0]
+    level = [0] * count
+    ready = [(0, i) for i in range(count) if waiting[i] == 0]
     heapq.heapify(ready)
     order = []
     while ready:
-        index = heapq.heappop(ready)
+        _, index = heapq.heappop(ready)
         order.append(index)
         for child in children[index]:
+            level[child] = max(level[child], level[index] + 1)
             waiting[child] -= 1
             if waiting[child] == 0:
-                heapq.heappush(ready, child)
+                heapq.heappush(ready, (level[child], child))
     if len(order) != count:
         raise InputError("the schedule's dependencies form a cycle; verify it first "
                          "(`ccweave verify`)")

@@ -89,14 +89,12 @@ def _schedule(program: Program, position: dict[int, int]) -> list[int]:
     their sends, and on every connection sends and receives in transfer order (FIFO).
     When nothing can go, the waiting instruction of the earliest transfer is a fused one
     (a plain one always can go then), which is split and the order goes on."""
-    connection: dict[int, tuple[int, int, int]] = {}
     lanes: dict[tuple[int, int, int], list[int]] = defaultdict(list)
     for t in sorted(program.recv_of, key=position.__getitem__):
         transfer = program.schedule.transfers[t]
         if not transfer.is_local:
-            key = (transfer.src, transfer.dst, program.instrs[program.recv_of[t]].channel)
-            connection[t] = key
-            lanes[key].append(t)
+            lanes[(transfer.src, transfer.dst, program.instrs[program.recv_of[t]].channel)]\
+                .append(t)
     previous = {t: lane[k - 1] for lane in lanes.values() for k, t in enumerate(lane) if k}
 
     def carrier(base: int) -> int:
@@ -123,31 +121,50 @@ def _schedule(program: Program, position: dict[int, int]) -> list[int]:
     emitted: set[int] = set()
     order: list[int] = []
     remaining = set(program.live())
+    count: dict[int, int] = {}
+    children: dict[int, set[int]] = defaultdict(set)
+    ready: list[tuple[int, int, int]] = []
+
+    def register(i: int) -> None:
+        waiting = preds(i) - emitted
+        count[i] = len(waiting)
+        for p in waiting:
+            children[p].add(i)
+        if not waiting:
+            heapq.heappush(ready, priority(i))
+
+    for i in remaining:
+        register(i)
+    by_transfer = [(position[_primary(program, i)], i) for i in remaining]
+    heapq.heapify(by_transfer)
     while remaining:
-        count: dict[int, int] = {}
-        children: dict[int, list[int]] = defaultdict(list)
-        for i in remaining:
-            waiting = preds(i) - emitted
-            count[i] = len(waiting)
-            for p in waiting:
-                children[p].append(i)
-        ready = [priority(i) for i in remaining if count[i] == 0]
-        heapq.heapify(ready)
         while ready:
             *_, i = heapq.heappop(ready)
+            if i not in remaining:
+                continue
             emitted.add(i)
             order.append(i)
             remaining.discard(i)
-            for child in children[i]:
-                count[child] -= 1
-                if count[child] == 0:
-                    heapq.heappush(ready, priority(child))
-        if remaining:
-            stuck = min(remaining, key=lambda i: position[_primary(program, i)])
-            assert program.instrs[stuck].parts is not None, "a plain instruction is stuck"
-            program.unfuse(stuck)
-            remaining.discard(stuck)
-            remaining.update(program.instrs[stuck].parts)  # type: ignore[arg-type]
+            for child in children.pop(i, ()):
+                if child in remaining:
+                    count[child] -= 1
+                    if count[child] == 0:
+                        heapq.heappush(ready, priority(child))
+        while by_transfer and by_transfer[0][1] not in remaining:
+            heapq.heappop(by_transfer)
+        if not remaining:
+            break
+        stuck = by_transfer[0][1]
+        assert program.instrs[stuck].parts is not None, "a plain instruction is stuck"
+        program.unfuse(stuck)
+        remaining.discard(stuck)
+        parts = program.instrs[stuck].parts or ()
+        remaining.update(parts)
+        for i in (*parts, *children.pop(stuck, ())):
+            if i in remaining:
+                register(i)
+        for part in parts:
+            heapq.heappush(by_transfer, (position[_primary(program, part)], part))
     return order
 
 
