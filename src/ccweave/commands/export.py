@@ -1,0 +1,104 @@
+"""``ccweave export sched.json|plan.json -o algo.xml|dir/``: MSCCL XML the runtime loads.
+
+A schedule becomes one XML file; a plan (several size ranges) a directory of them plus
+``msccl_config.xml``. Schedules are proven first (``--unverified`` skips that).
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections import Counter
+from pathlib import Path
+
+from ccweave import plan as plan_io
+from ccweave.commands import _inputs, _output
+from ccweave.errors import InputError, VerificationError
+from ccweave.export import msccl_spec as spec
+from ccweave.export import msccl_xml
+from ccweave.plan import Plan
+from ccweave.units import parse_size
+from ccweave.verify import check
+
+ORDER = 65
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("export", help="write a schedule or plan as MSCCL XML")
+    parser.add_argument("input", help="schedule JSON, plan JSON, or MSCCL XML")
+    parser.add_argument("-o", "--output", required=True,
+                        help="an .xml file (one schedule) or a directory (a plan)")
+    parser.add_argument("--instances", type=int, default=1, metavar="K",
+                        help="K copies on their own channels, each on 1/K of every chunk")
+    parser.add_argument("--proto", default=msccl_xml.DEFAULT_PROTO, choices=spec.PROTOCOLS)
+    parser.add_argument("--runtime", default=spec.Runtime.MSCCL.value,
+                        choices=[r.value for r in spec.Runtime],
+                        help="msccl: microsoft/msccl (MSCCL_XML_FILES / MSCCL_CONFIG); azure: "
+                             "the Azure MSCCL executor (MSCCL_ALGO_DIR)")
+    parser.add_argument("--max-bytes", metavar="SIZE",
+                        help="largest size one schedule serves, e.g. 1GB (default: no limit)")
+    parser.add_argument("--unverified", action="store_true",
+                        help="export without proving the schedule first")
+    _output.add_json_flag(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    plan = _load(args.input)
+    if not args.unverified:
+        for entry in plan.entries:
+            result = check(entry.schedule)
+            if not result.ok:
+                raise VerificationError(f"{args.input}: {entry.schedule.name or 'the schedule'} "
+                                        f"is not proven ({result.problems[0].message}); fix it "
+                                        "or pass --unverified")
+    output = Path(args.output)
+    single = not output.is_dir() and output.suffix.lower() == ".xml"
+    if single and len(plan.entries) > 1:
+        raise InputError(f"{args.input}: a plan of {len(plan.entries)} size ranges exports to a "
+                         "directory (one XML per range and the config); give -o DIR")
+    if single:
+        max_bytes = parse_size(args.max_bytes) if args.max_bytes else None
+        msccl_xml.write(plan.entries[0].schedule, output, proto=args.proto,
+                        instances=args.instances, runtime=args.runtime, max_bytes=max_bytes)
+        files = [output]
+    else:
+        files = msccl_xml.export_plan(plan, output, proto=args.proto, instances=args.instances,
+                                      runtime=args.runtime)
+    rows = [_summary(path) for path in files]
+    if args.json:
+        _output.print_json({"input": args.input, "runtime": args.runtime, "files": rows})
+        return 0
+    for row in rows:
+        if row.get("config"):
+            _output.console.print(f"wrote {row['file']}: the MSCCL config that selects the "
+                                  f"algorithms by size (MSCCL_CONFIG={row['file']})")
+            continue
+        steps = ", ".join(f"{code} {count}" for code, count in row["step_types"].items())
+        _output.console.print(
+            f"wrote {row['file']}: {row['coll']} on {row['ngpus']} gpus, {row['nchannels']} "
+            f"channel(s), up to {row['threadblocks']} threadblocks and {row['max_steps']} "
+            f"steps per threadblock ({steps}); proto {row['proto']}")
+    return 0
+
+
+def _load(path: str) -> Plan:
+    if Path(path).suffix.lower() == ".xml":
+        return Plan.single(_inputs.load_schedule(path))
+    return plan_io.load(path)
+
+
+def _summary(path: Path) -> dict[str, object]:
+    """What people ask of an exported file: size, threadblocks, steps by type."""
+    root = ET.parse(path).getroot()
+    if root.tag != "algo":
+        return {"file": str(path), "config": True}
+    tbs = [tb for gpu in root.findall("gpu") for tb in gpu.findall("tb")]
+    types = Counter(step.get("type") for tb in tbs for step in tb.findall("step"))
+    return {"file": str(path), "name": root.get("name"), "coll": root.get("coll"),
+            "ngpus": int(root.get("ngpus", 0)), "nchannels": int(root.get("nchannels", 0)),
+            "proto": root.get("proto"), "minBytes": root.get("minBytes"),
+            "maxBytes": root.get("maxBytes"),
+            "threadblocks": max((len(gpu.findall("tb")) for gpu in root.findall("gpu")),
+                                default=0),
+            "max_steps": max((len(tb.findall("step")) for tb in tbs), default=0),
+            "step_types": dict(types.most_common())}
