@@ -1,0 +1,225 @@
+"""The export passes one by one: count splitting, lowering, fusion, threadblocks,
+dependencies, instances, runtimes' size limits, plans."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from ccweave.collectives import Buffer, Collective, Kind
+from ccweave.errors import InputError
+from ccweave.export import check_xml, export_plan, from_xml, to_xml
+from ccweave.export.dependencies import infer
+from ccweave.export.fusion import fuse
+from ccweave.export.lowering import lower, split_counts
+from ccweave.export.msccl_spec import MAX_COUNT, MAX_TBS_PER_CHANNEL
+from ccweave.export.msccl_xml import CONFIG_NAME, OPEN_MAX_BYTES, SCRATCH_MAX_BYTES
+from ccweave.export.threadblocks import assign
+from ccweave.plan import Plan, PlanEntry
+from ccweave.schedule import ScheduleBuilder
+from ccweave.synth import synthesize
+from ccweave.topology import zoo
+from ccweave.verify import check
+
+I, O, S = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
+
+
+def _steps(text: str, gpu: int = 0) -> list[list[dict[str, str]]]:
+    root = ET.fromstring(text)
+    return [[dict(step.attrib) for step in tb.findall("step")]
+            for tb in root.findall("gpu")[gpu].findall("tb")]
+
+
+def _chain(count: int = 1, hops: int = 3, reduce: bool = False):
+    """Broadcast of ``count`` chunks down the chain 0 -> 1 -> ... -> hops."""
+    builder = ScheduleBuilder(Collective(Kind.BROADCAST, hops + 1, count))
+    builder.copy(0, 0, (I, 0), (O, 0), (hops + 1) * count)
+    for rank in range(hops):
+        builder.copy(rank, rank + 1, (O, 0), (O, 0), (hops + 1) * count)
+    return builder.build("chain")
+
+
+def test_counts_of_72_or_more_are_split_and_stay_proven():
+    sched = _chain(count=40)  # 160 chunks per hop
+    split = split_counts(sched)
+    assert max(t.count for t in split.transfers) < MAX_COUNT
+    assert check(split).ok
+    text = to_xml(sched)
+    assert max(int(s["cnt"]) for tb in _steps(text, 1) for s in tb) < MAX_COUNT
+    assert check(from_xml(text)).ok
+
+
+def test_a_forwarded_copy_fuses_into_rcs():
+    steps = _steps(to_xml(_chain()), gpu=1)
+    assert [s["type"] for tb in steps for s in tb] == ["rcs"]
+    assert steps[0][0]["dstbuf"] == "o" and steps[0][0]["dstoff"] == "0"
+
+
+def test_rrs_only_when_the_reduced_value_is_overwritten_by_a_copy():
+    """Ring allreduce: the partial sums forwarded in the reduce-scatter are overwritten by
+    the allgather, so they need not be stored (rrs); the last one is stored (rrcs)."""
+    topo = zoo.get("switch:4")
+    text = to_xml(synthesize(topo, "allreduce", "ring"))
+    types = [s["type"] for tb in _steps(text) for s in tb]
+    assert types.count("rrs") == 2 and types.count("rrcs") == 1
+    reduce_scatter = to_xml(synthesize(topo, "reducescatter", "ring"))
+    types = [s["type"] for tb in _steps(reduce_scatter) for s in tb]
+    assert "rrs" not in types  # nothing overwrites the partial sums: stored, forwarded
+
+
+def test_lowering_anchors_a_dependency_on_another_rank_through_its_own_deps():
+    """2 -> 3 waits on 0 -> 1, which touches neither rank 2 nor 3: MSCCL cannot say that,
+    so the wait goes to what 0 -> 1 waited on that involves them."""
+    builder = ScheduleBuilder(Collective(Kind.ALLGATHER, 4))
+    first = builder.copy(2, 2, (I, 0), (O, 2))
+    middle = builder.copy(0, 1, (I, 0), (O, 0), after=[first])
+    builder.copy(2, 3, (I, 0), (O, 2), after=[middle])
+    program = lower(builder.build("x"))
+    send = program.send_of[2]
+    assert program.anchors[send] == {program.recv_of[first]}
+
+
+def test_threadblocks_have_one_send_and_one_recv_peer_per_channel():
+    sched = synthesize(zoo.get("switch:8"), "allreduce", "direct")
+    program = fuse(lower(sched))
+    layout = assign(program)
+    for blocks in layout.tbs:
+        for tb in blocks:
+            for i in tb.instrs:
+                instr = program.instrs[i]
+                assert instr.send_peer in (-1, tb.send) and instr.recv_peer in (-1, tb.recv)
+                assert instr.channel == tb.chan
+        sends = [(tb.send, tb.chan) for tb in blocks if tb.send >= 0]
+        assert len(sends) == len(set(sends))
+
+
+def test_many_peers_spread_over_channels():
+    """40 ranks: a rank sends to 39 peers; MSCCL allows 32 threadblocks with a send peer
+    per channel, so connections spread over two channels by peer distance."""
+    sched = synthesize(zoo.get("switch:40"), "alltoall", "direct")
+    root = ET.fromstring(to_xml(sched))
+    assert root.get("nchannels") == "2"
+    for gpu in root.findall("gpu"):
+        for chan in ("0", "1"):
+            peers = [tb for tb in gpu.findall("tb") if tb.get("chan") == chan
+                     and tb.get("send") != "-1"]
+            assert len(peers) <= MAX_TBS_PER_CHANNEL
+    assert check(from_xml(ET.tostring(root, encoding="unicode"))).ok
+
+
+def test_extra_dependencies_become_nops_and_targets_signal():
+    """A local reduction of what two threadblocks received waits on both: one nop."""
+    builder = ScheduleBuilder(Collective(Kind.REDUCE, 3))
+    builder.copy(2, 0, (I, 0), (O, 0), 3)
+    builder.copy(1, 0, (I, 0), (S, 0), 3)
+    builder.reduce(0, 0, (S, 0), (O, 0), 3)
+    builder.reduce(0, 0, (I, 0), (O, 0), 3)
+    text = to_xml(builder.build("fan-in"))
+    steps = _steps(text)
+    local = next(tb for tb in steps if any(s["type"] == "re" for s in tb))
+    assert [s["type"] for s in local] == ["nop", "re", "re"]
+    assert local[0]["depid"] != local[1]["depid"] and local[2]["depid"] == "-1"
+    waited = {(s["depid"], s["deps"]) for tb in steps for s in tb if s["depid"] != "-1"}
+    for tb_id, step in waited:
+        assert steps[int(tb_id)][int(step)]["hasdep"] == "1"
+    assert check(from_xml(text)).ok
+
+
+def test_back_to_back_reductions_with_different_counts_are_kept_apart():
+    """The runtime fuses consecutive re steps into one destination with the first cnt."""
+    builder = ScheduleBuilder(Collective(Kind.ALLREDUCE, 1, 4))
+    builder.copy(0, 0, (I, 0), (S, 0), 4)
+    builder.copy(0, 0, (I, 0), (O, 0), 4)
+    builder.reduce(0, 0, (S, 0), (O, 0), 2)
+    builder.reduce(0, 0, (S, 0), (O, 0), 1)
+    program = fuse(lower(builder.build("x")))
+    layout = assign(program)
+    steps = infer(program, layout)[0][0]
+    codes = [(program.instrs[s.instr].code, s.hasdep) for s in steps if s.instr is not None]
+    assert ("re", True) in codes
+
+
+def test_instances_multiply_chunks_and_channels():
+    sched = synthesize(zoo.get("switch:4"), "allgather", "ring")
+    root = ET.fromstring(to_xml(sched, instances=3))
+    assert root.get("nchunksperloop") == str(3 * sched.collective.total_chunks)
+    assert root.get("nchannels") == str(3 * sched.num_channels)
+    assert check(from_xml(ET.tostring(root, encoding="unicode"))).ok
+
+
+@pytest.mark.parametrize(("runtime", "scratch", "high"),
+                         [("msccl", False, OPEN_MAX_BYTES), ("msccl", True, SCRATCH_MAX_BYTES),
+                          ("azure", False, 0), ("azure", True, 0)])
+def test_open_size_ranges_as_each_runtime_reads_them(runtime, scratch, high):
+    kind = "alltoall" if scratch else "allgather"
+    sched = synthesize(zoo.get("switch:4"), kind, "ring")
+    assert bool(sched.scratch_chunks) is scratch
+    root = ET.fromstring(to_xml(sched, runtime=runtime))
+    assert (root.get("minBytes"), root.get("maxBytes")) == ("0", str(high))
+    assert (root.get("inplace"), root.get("outofplace")) == ("0", "1")
+
+
+def test_collectives_a_runtime_lacks_are_custom_or_refused():
+    sched = synthesize(zoo.get("switch:4"), "gather", "binomial", root=2)
+    root = ET.fromstring(to_xml(sched))  # microsoft/msccl: a custom collective
+    assert (root.get("coll"), root.get("collective"), root.get("root")) == \
+        ("custom", "gather", "2")
+    assert root.find("gpu").get("i_chunks") == root.get("nchunksperloop")
+    back = from_xml(ET.tostring(root, encoding="unicode"))
+    assert back.collective == sched.collective and check(back).ok
+    assert ET.fromstring(to_xml(sched, runtime="azure")).get("coll") == "gather"
+    rs = synthesize(zoo.get("switch:4"), "reducescatter", "ring")
+    assert ET.fromstring(to_xml(rs)).get("coll") == "reduce_scatter"
+    assert ET.fromstring(to_xml(rs, runtime="azure")).get("coll") == "reducescatter"
+
+
+def test_sendrecv_keeps_root_and_peer():
+    sched = synthesize(zoo.get("switch:4"), "sendrecv", "direct", root=1, peer=3)
+    back = from_xml(to_xml(sched))
+    assert (back.collective.root, back.collective.peer) == (1, 3) and check(back).ok
+
+
+def test_bad_options_are_input_errors():
+    sched = _chain()
+    for options in ({"proto": "LL256"}, {"instances": 0}, {"runtime": "nccl"},
+                    {"min_bytes": 10, "max_bytes": 10}):
+        with pytest.raises(InputError):
+            to_xml(sched, **options)
+
+
+def _plan(entries: int) -> Plan:
+    topo = zoo.get("switch:4")
+    names = ["direct", "ring", "recursive-doubling", "direct", "ring"][:entries]
+    bounds = [0, 2**16, 2**20, 2**24, 2**28][:entries]
+    return Plan(tuple(PlanEntry(low, bounds[k + 1] if k + 1 < entries else None,
+                                synthesize(topo, "allreduce", name))
+                      for k, (low, name) in enumerate(zip(bounds, names))), "auto")
+
+
+def test_a_plan_exports_one_xml_per_range_and_the_msccl_config(tmp_path):
+    files = export_plan(_plan(3), tmp_path)
+    assert [f.name for f in files] == ["auto_0.xml", "auto_1.xml", "auto_2.xml", CONFIG_NAME]
+    config = ET.parse(files[-1]).getroot()
+    loads = [(e.get("minbytes"), e.get("maxbytes"), e.get("proto")) for e in config]
+    assert loads == [("0", str(2**16), "Simple"), (str(2**16), str(2**20), "Simple"),
+                     (str(2**20), "-1", "Simple")]
+    assert all(e.get("path") == str(f.resolve()) for e, f in zip(config, files))
+    ranges = [(ET.parse(f).getroot().get("minBytes"), ET.parse(f).getroot().get("maxBytes"))
+              for f in files[:-1]]
+    assert ranges == [("0", str(2**16)), (str(2**16), str(2**20)),  # scratch: 1 GiB
+                      (str(2**20), str(SCRATCH_MAX_BYTES))]
+    for f in files[:-1]:
+        assert check_xml(ET.parse(f), "msccl") == [] and check(from_xml(f.read_text())).ok
+
+
+def test_a_plan_for_the_azure_executor_is_a_directory_of_algorithms(tmp_path):
+    files = export_plan(_plan(5), tmp_path, runtime="azure")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f.name for f in files]
+    highs = [ET.parse(f).getroot().get("maxBytes") for f in files]
+    assert highs == [str(2**16 - 1), str(2**20 - 1), str(2**24 - 1), str(2**28 - 1), "0"]
+
+
+def test_microsoft_msccl_loads_at_most_four_algorithms(tmp_path):
+    with pytest.raises(InputError, match="at most 4 algorithms"):
+        export_plan(_plan(5), tmp_path)
