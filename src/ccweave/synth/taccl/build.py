@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -25,14 +25,15 @@ from ccweave.synth.taccl import sketch as sketch_mod
 from ccweave.synth.taccl.contiguity import (
     MAX_MERGE_BINARIES,
     MERGE_ALPHA_RATIO,
+    Contiguity,
     contiguity,
     singletons,
 )
-from ccweave.synth.taccl.defaults import default_sketch
+from ccweave.synth.taccl.defaults import default_sketch, default_sketches
 from ccweave.synth.taccl.demand import Demand
-from ccweave.synth.taccl.lower import lower
+from ccweave.synth.taccl.lower import Lowered, lower
 from ccweave.synth.taccl.milp import SolverSettings
-from ccweave.synth.taccl.ordering import order
+from ccweave.synth.taccl.ordering import Ordering, order
 from ccweave.synth.taccl.progress import Progress
 from ccweave.synth.taccl.reduction import reduce_scatter_from
 from ccweave.synth.taccl.routing import route
@@ -50,6 +51,17 @@ ROUTING_SHARE = 0.6
 """Part of the time limit the routing stage may use; contiguity gets the rest."""
 MIN_STAGE_TIME_S = 0.5
 """No solver stage gets less than this, whatever is left of the limit."""
+CHUNKUPS = {Kind.ALLGATHER: (2, 1, 4), Kind.ALLTOALL: (1, 2)}
+"""Chunks per rank tried when neither a sketch nor ``chunks`` fixes them (allgather's
+also serve reduce-scatter and allreduce): pipelining deeper pays at large sizes,
+fewer transfers at small ones; the simulator decides."""
+REPLAY_ROUNDS = 3
+"""Times queues are re-served in simulated arrival order (see ``_replayed``)."""
+REPLAY_GAIN = 1e-3
+"""A replay round must make the schedule this much faster to count."""
+CONTIGUITY_TIME_LIMIT_S = 10.0
+"""Default cap on the contiguity stage's solver time: its MILP closes its gap slowly,
+and its warm start is already a good schedule."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,7 @@ class TacclOptions:
     size: bytes of the collective's size buffer to synthesize for (``64MB`` accepted).
     time_limit: seconds of solver time in all; at the limit each stage returns its best
         schedule so far with its MIP gap.
+    contiguity_time_limit: at most this many of them for each contiguity solve.
     mip_gap: relative gap at which a MILP counts as solved.
     max_paths, max_trees: candidates per (chunk, destination) and trees per root.
     contiguity: run stage 3 (merges on high-alpha links); off: stage-2 times stand.
@@ -76,6 +89,7 @@ class TacclOptions:
     sketch: str | Sketch | None = None
     size: int = DEFAULT_SIZE
     time_limit: float = DEFAULT_TIME_LIMIT_S
+    contiguity_time_limit: float = CONTIGUITY_TIME_LIMIT_S
     mip_gap: float = 1e-3
     max_paths: int = 4
     max_trees: int = 3
@@ -112,6 +126,7 @@ class TacclOptions:
 
         positive("size", self.size)
         positive("time_limit", self.time_limit)
+        positive("contiguity_time_limit", self.contiguity_time_limit)
         positive("mip_gap", self.mip_gap)
         positive("merge_alpha_ratio", self.merge_alpha_ratio)
         for name in ("max_paths", "max_trees", "max_merges", "threads"):
@@ -182,7 +197,8 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
         progress(Progress("ordering", f"{len(ordering.sends)} sends ordered greedily, "
                                       f"estimated makespan {ordering.makespan_s * 1e6:.1f} us"))
     if options.contiguity:
-        settings = replace(settings, time_limit_s=clock.stage(1.0))
+        settings = replace(settings, time_limit_s=min(clock.stage(1.0),
+                                                      options.contiguity_time_limit))
         groups = contiguity(logical, ordering, chunk_bytes,
                             alpha_ratio=options.merge_alpha_ratio,
                             max_merges=options.max_merges, settings=settings,
@@ -203,10 +219,36 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
          "note": groups.note},
         time.perf_counter() - started)
     name = f"taccl({kind.value}, sketch={sketch.name}, chunks={chunks})"
-    schedule = lower(demand, logical, ordering, groups, name,
-                     {"strategy": "taccl", "topology": topology.name, "size": options.size,
-                      "taccl": report.to_dict(), **logical.describe()})
+    metadata = {"strategy": "taccl", "topology": topology.name, "size": options.size,
+                "taccl": report.to_dict(), **logical.describe()}
+    schedule = _replayed(topology, options.size, ordering, groups,
+                         lambda priority: lower(demand, logical, ordering, groups, name,
+                                                metadata, priority=priority))
     return schedule, report
+
+
+def _replayed(topology: Topology, size: float, ordering: Ordering, groups: Contiguity,
+              lowered: Callable[[Sequence[float] | None], Lowered]) -> Schedule:
+    """Lower with stage 3's times, then re-serve every queue in the order its chunks
+    really arrive when simulated (the model streams one send per link at a time, the
+    machine shares links), while that makes the schedule faster."""
+    from ccweave.simulate import simulate
+
+    current = lowered(None)
+    best_time = simulate(current.schedule, topology, size)
+    best = current.schedule
+    group_of = {i: g for g, group in enumerate(groups.groups) for i in group}
+    for _ in range(REPLAY_ROUNDS):
+        finish = best_time.finish
+        priority = [max((float(finish[current.carrier[group_of[ordering.sends[i].parent]]])
+                         if ordering.sends[i].parent >= 0 else 0.0) for i in group)
+                    for group in groups.groups]
+        current = lowered(priority)
+        timed = simulate(current.schedule, topology, size)
+        if timed.time_s >= best_time.time_s * (1 - REPLAY_GAIN):
+            break
+        best, best_time = current.schedule, timed
+    return best
 
 
 def self_reverse(topology: Topology) -> bool:
@@ -215,14 +257,54 @@ def self_reverse(topology: Topology) -> bool:
     return ours == {(lk.dst, lk.src, lk.bandwidth, lk.alpha) for lk in topology.links}
 
 
+def candidates(topology: Topology, kind: Kind, chunks: int | None,
+               options: TacclOptions) -> list[tuple[Sketch, int]]:
+    """(sketch, chunks per rank) pairs to try: the given sketch, or the defaults read off
+    the topology, each at the given chunks or at every count of :data:`CHUNKUPS`."""
+    if options.sketch is not None:
+        sketch = resolve_sketch(topology, options.sketch, kind)
+        return [(sketch, chunks_for(chunks, sketch.input_chunkup))]
+    sketches = default_sketches(topology, Kind.ALLTOALL if kind is Kind.ALLTOALL
+                                else Kind.ALLGATHER)
+    counts = [chunks_for(chunks)] if chunks is not None else \
+        list(CHUNKUPS[Kind.ALLTOALL if kind is Kind.ALLTOALL else Kind.ALLGATHER])
+    return [(sketch, count) for count in counts for sketch in sketches]
+
+
 def synthesize_taccl(topology: Topology, kind: Kind, chunks: int | None,
                      options: TacclOptions) -> Schedule:
-    """The taccl pipeline for any of its collectives, without the classic fallback."""
+    """The taccl pipeline for any of its collectives, without the classic fallback: every
+    candidate (:func:`candidates`) is synthesized and simulated at ``options.size``, and
+    the fastest is returned; its metadata lists them all."""
+    from ccweave.simulate import simulate
+
+    tried = candidates(topology, kind, chunks, options)
+    clock = _Clock(options.time_limit)
+    best: tuple[float, Schedule] | None = None
+    results = []
+    for number, (sketch, count) in enumerate(tried):
+        if number and clock.left() < MIN_STAGE_TIME_S * 2:
+            break
+        share = _Clock(clock.left() / (len(tried) - number))
+        schedule = _one(topology, kind, sketch, count, options, share)
+        seconds = simulate(schedule, topology, options.size).time_s
+        results.append({"sketch": sketch.name, "chunks": count, "time_us": seconds * 1e6})
+        if options.progress and len(tried) > 1:
+            options.progress(Progress("select", f"candidate {number + 1}/{len(tried)} "
+                                                f"({sketch.name}, {count} chunk(s) per rank): "
+                                                f"{seconds * 1e6:.1f} us simulated"))
+        if best is None or seconds < best[0]:
+            best = (seconds, schedule)
+    assert best is not None
+    return best[1].with_name(best[1].name, candidates=results)
+
+
+def _one(topology: Topology, kind: Kind, sketch: Sketch, chunks: int,
+         options: TacclOptions, clock: _Clock) -> Schedule:
+    """One sketch at one chunk count: the stages for allgather or alltoall, and the
+    reduce-scatter and allreduce built from allgathers."""
     from ccweave import transforms
 
-    sketch = resolve_sketch(topology, options.sketch, kind)
-    chunks = chunks_for(chunks, sketch.input_chunkup)
-    clock = _Clock(options.time_limit)
     if kind in (Kind.ALLGATHER, Kind.ALLTOALL):
         return synthesize_direct(topology, kind, sketch, chunks, options, clock)[0]
     if self_reverse(topology):
@@ -238,9 +320,9 @@ def synthesize_taccl(topology: Topology, kind: Kind, chunks: int | None,
                                       clock)[0]
     name = f"taccl({kind.value}, sketch={sketch.name}, chunks={chunks})"
     if kind is Kind.REDUCESCATTER:
-        return reduce_scatter.with_name(name, collective_built_from="reverse(allgather)")
+        return reduce_scatter.with_name(name, built_from="reverse(allgather)")
     return transforms.concat(reduce_scatter, allgather).with_name(
-        name, collective_built_from="reverse(allgather) + allgather")
+        name, built_from="reverse(allgather) + allgather")
 
 
 def _best_classic(topology: Topology, kind: Kind, size: int

@@ -2,8 +2,9 @@
 high-alpha links, and when every send starts.
 
 The order of sends on each logical edge and physical link comes from stage 2. Sends
-that follow each other on an edge whose latency is large next to one chunk's streaming
-time (NICs, and every link when chunks are small) may be *merged*: one transfer of
+that follow each other on a high-alpha edge (one that leaves the node, or any edge on
+a one-node machine, whose latency is large next to one chunk's streaming time) may be
+*merged*: one transfer of
 several chunks pays the latency once, but nothing in it arrives before all of it.
 The model, per send ``i``: start ``t``, end of streaming ``e``, arrival ``a`` (the end
 of its group); a chunk leaves a rank only after it arrived there; an edge carries one
@@ -67,9 +68,12 @@ def singletons(ordering: Ordering, note: str = "skipped") -> Contiguity:
 
 def high_alpha_edges(logical: LogicalTopology, chunk_bytes: float,
                      ratio: float = MERGE_ALPHA_RATIO) -> set[int]:
-    """Edges whose latency is at least ``ratio`` of one chunk's streaming time."""
+    """Edges whose latency is at least ``ratio`` of one chunk's streaming time: among the
+    internode edges when there are any (TACCL's high-alpha links: NICs), else among all."""
+    internode = any(e.internode for e in logical.edges)
     return {i for i, e in enumerate(logical.edges)
-            if e.alpha > 0 and e.alpha >= ratio * chunk_bytes / e.bandwidth}
+            if (e.internode or not internode)
+            and e.alpha > 0 and e.alpha >= ratio * chunk_bytes / e.bandwidth}
 
 
 def contiguity(logical: LogicalTopology, ordering: Ordering, chunk_bytes: float, *,
@@ -92,6 +96,7 @@ def contiguity(logical: LogicalTopology, ordering: Ordering, chunk_bytes: float,
             mergeable.add(e)
             budget -= need
     model, columns, warm = _build(logical, ordering, chunk_bytes, mergeable)
+    warm = _best_warm_start(model, columns, warm, ordering, settings)
     if progress:
         progress(Progress("contiguity", f"MILP with {model.num_vars} variables "
                                         f"({model.num_integers} merge decisions on "
@@ -119,6 +124,40 @@ def contiguity(logical: LogicalTopology, ordering: Ordering, chunk_bytes: float,
     return Contiguity(tuple(tuple(groups[g]) for g in order),
                       tuple(group_start[g] for g in order), makespan,
                       result.status, result.gap, result.seconds, merges, result.describe())
+
+
+def batches(ordering: Ordering, merge: dict[int, int]) -> dict[int, float]:
+    """Merge decisions of the batching heuristic: when a high-alpha edge frees up, it
+    sends every chunk that has arrived (by stage 2's times) as one transfer."""
+    decisions: dict[int, float] = {}
+    for sequence in ordering.edge_order.values():
+        group_start = None
+        for k in sequence:
+            if k not in merge:
+                group_start = ordering.start[k]
+                continue
+            ready = ordering.start[k] if ordering.sends[k].parent < 0 else \
+                ordering.finish[ordering.sends[k].parent]
+            together = group_start is not None and ready <= group_start + 1e-15
+            decisions[merge[k]] = 1.0 if together else 0.0
+            if not together:
+                group_start = ordering.start[k]
+    return decisions
+
+
+def _best_warm_start(model: Model, columns, warm: np.ndarray, ordering: Ordering,
+                     settings: SolverSettings) -> np.ndarray:
+    """The better of stage 2's times (no merges) and the batching heuristic, the latter
+    timed exactly by the model with its merges fixed (an LP)."""
+    merge = columns[3]
+    decisions = batches(ordering, merge)
+    if not any(decisions.values()):
+        return warm
+    try:
+        timed = model.fixed(decisions).solve(settings)
+    except SolverError:
+        return warm
+    return timed.values if timed.objective < float(warm @ np.array(model._cost)) else warm
 
 
 def _build(logical: LogicalTopology, ordering: Ordering, chunk_bytes: float,

@@ -1,12 +1,18 @@
-"""The sketch used when none is given: read off the topology, so ``--sketch`` is optional.
+"""Sketches read off the topology, so ``--sketch`` is optional.
 
 Inside a node: direct links if they hold the node together (NVLink meshes), else the
-switch (NVSwitch, ``uc-max``), else every route. Across nodes: every local rank relays
-to its namesake (``direct-map``), so each GPU uses the NIC its topology gives it; for
-alltoall every local rank may send to every remote one (``fully-connected``), since
-its chunks are for one destination each and relaying them only adds hops.
-Symmetry: whole-node rotation, and the finest rotation inside a node that the machine
-really has; each is kept only if the topology passes the check a user's offsets get.
+switch (NVSwitch, ``uc-max``), else every route. Across nodes, for allgather (and the
+reduce-scatter and allreduce built from it), two variants:
+
+- ``relay-per-nic``: one rank per NIC relays (TACCL's insight: the NIC is the scarce
+  link; a few relays feed it chunk after chunk while the other ranks use NVLink), the
+  one with the cheapest way to it, to its namesake in every other node;
+- ``relay-all``: every rank relays to its namesake (``direct-map``).
+
+For alltoall every rank may send to every remote rank (``fully-connected``): its
+chunks have one destination each, and relaying them only adds hops. Symmetry:
+whole-node rotation, and the finest rotation inside a node that the machine really
+has; each is kept only if the topology passes the check a user's offsets get.
 """
 
 from __future__ import annotations
@@ -27,39 +33,77 @@ from ccweave.synth.taccl.sketch import (
 from ccweave.topology.model import Topology
 
 DEFAULT_CHUNKUP = 2
-"""Chunks per rank in the default sketch: two let a relay forward one while the next
+"""Chunks per rank in a default sketch: two let a relay forward one while the next
 crosses the NIC, at twice the transfers of one."""
 
 DEFAULT_HYPEREDGE = Hyperedge.UC_MAX
 
 
 def default_sketch(topology: Topology, kind: Kind = Kind.ALLGATHER) -> Sketch:
-    """A sketch that fits ``topology`` for ``kind``: see the module docstring."""
+    """The first of :func:`default_sketches`."""
+    return default_sketches(topology, kind)[0]
+
+
+def default_sketches(topology: Topology, kind: Kind = Kind.ALLGATHER) -> list[Sketch]:
+    """Sketches that fit ``topology`` for ``kind``, the likeliest best first."""
     nodes = tuple(topology.groups.get("node", ())) or (tuple(topology.ranks),)
-    connections = Connections.FULLY_CONNECTED if kind is Kind.ALLTOALL \
-        else Connections.DIRECT_MAP
-    base = Sketch(internode=InternodeSketch(connections),
-                  input_chunkup=DEFAULT_CHUNKUP, name=f"default({topology.name}, {kind.value})",
-                  description="read off the topology", source="default sketch")
-    sketch = None
+    base = _intranode(topology, Sketch(
+        internode=InternodeSketch(Connections.FULLY_CONNECTED if kind is Kind.ALLTOALL
+                                  else Connections.DIRECT_MAP),
+        input_chunkup=DEFAULT_CHUNKUP, description="read off the topology",
+        source="default sketch"))
+    if len(nodes) == 1:
+        variants = [("one-node", base)]
+    elif kind is Kind.ALLTOALL:
+        variants = [("fully-connected", base)]
+    else:
+        relays = _relay_per_nic(topology, base)
+        variants = [("relay-per-nic", replace(base, internode=InternodeSketch(
+                        Connections.DIRECT_MAP, senders=relays)))] if relays else []
+        if relays is None or len(relays) < len(nodes[0]):
+            variants.append(("relay-all", base))
+    return [replace(_with_symmetry(topology, sketch, nodes),
+                    name=f"default-{label}({topology.name})") for label, sketch in variants]
+
+
+def _intranode(topology: Topology, base: Sketch) -> Sketch:
     for intranode in (IntranodeSketch(Intranode.LINKS),
                       IntranodeSketch(Intranode.SWITCH, DEFAULT_HYPEREDGE),
                       IntranodeSketch(Intranode.ROUTES)):
         candidate = replace(base, intranode=intranode)
         if _fits(topology, candidate):
-            sketch = candidate
-            break
-    if sketch is None:
-        raise InputError(f"no default sketch fits {topology.name!r}: some rank cannot reach "
-                         "another inside its node; write a sketch (docs/sketches.md)")
+            return candidate
+    raise InputError(f"no default sketch fits {topology.name!r}: some rank cannot reach "
+                     "another inside its node; write a sketch (docs/sketches.md)")
+
+
+def _relay_per_nic(topology: Topology, base: Sketch) -> tuple[int, ...] | None:
+    """Local ranks, one per NIC of the first node: the one whose internode sends have the
+    least latency (then the lowest local rank). ``None`` if the routes cross no NIC."""
+    logical = logical_mod.apply(topology, base)
+    first = logical.nodes[0]
+    local = {rank: i for i, rank in enumerate(first)}
+    alpha = {}
+    for e in logical.edges:
+        if e.internode and e.src in local:
+            alpha[e.src] = min(alpha.get(e.src, float("inf")), e.alpha)
+    chosen = []
+    for senders in logical.nic_sharing.values():
+        mine = [s for s in senders if s in local]
+        if mine:
+            chosen.append(min(mine, key=lambda s: (round(alpha[s], 12), local[s])))
+    return tuple(sorted(local[s] for s in chosen)) or None
+
+
+def _with_symmetry(topology: Topology, sketch: Sketch,
+                   nodes: tuple[tuple[int, ...], ...]) -> Sketch:
     size = len(nodes[0])
     offsets: list[tuple[int, int]] = []
-    if len(nodes) > 1 and all(len(node) == size for node in nodes) \
-            and all(node == tuple(range(i * size, (i + 1) * size))
-                    for i, node in enumerate(nodes)):
+    if len(nodes) > 1 and all(node == tuple(range(i * size, (i + 1) * size))
+                              for i, node in enumerate(nodes)):
         offsets.append((size, topology.num_ranks))
     for step in range(1, size):
-        if size % step == 0 and size > 1:
+        if size % step == 0:
             trial = replace(sketch, symmetry_offsets=(*offsets, (step, size)))
             if _fits(topology, trial):
                 offsets.append((step, size))

@@ -7,13 +7,17 @@ it belongs, and chunks that sit apart at the sender are first packed into scratc
 local copies (cheap next to a link: device memory). Transfers on one logical edge run
 in stage 3's order (each waits for the one before, as on a FIFO connection); data
 dependencies come from the slots, through :class:`~ccweave.schedule.ScheduleBuilder`.
+Sends of one rank through a shared port (its way to the NIC) also go one after
+another, so a NIC carries a few chunks at a time in stage 2's order instead of all at
+once (the simulator shares a link fairly between everything on it).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from ccweave.collectives import Buffer
 from ccweave.schedule import Schedule, ScheduleBuilder
@@ -25,9 +29,38 @@ from ccweave.synth.taccl.ordering import Ordering
 Slot = tuple[Buffer, int]
 
 
+def shared_ports(logical: LogicalTopology, scope: str) -> dict[int, tuple[int, ...]]:
+    """Per edge, the physical links of its route that other edges from the same rank also
+    use (a rank's port into a switch, its way to a NIC): sends through one port go one
+    after another. ``scope``: ``none``, ``internode`` (only edges that leave the node)
+    or ``all``."""
+    if scope == "none":
+        return {}
+    users: dict[tuple[int, int], int] = {}
+    for e in logical.edges:
+        for link in e.route:
+            users[(e.src, link)] = users.get((e.src, link), 0) + 1
+    return {i: tuple(link for link in e.route if users[(e.src, link)] > 1)
+            for i, e in enumerate(logical.edges) if scope == "all" or e.internode}
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """A lowered schedule and, per group of stage 3, the transfer that carries it."""
+
+    schedule: Schedule
+    carrier: tuple[int, ...]
+
+
 def lower(demand: Demand, logical: LogicalTopology, ordering: Ordering,
-          contiguity: Contiguity, name: str, metadata: Mapping[str, object]) -> Schedule:
-    """The schedule that carries out ``contiguity``'s groups; see the module docstring."""
+          contiguity: Contiguity, name: str, metadata: Mapping[str, object],
+          port_order: str = "internode", priority: Sequence[float] | None = None) -> Lowered:
+    """The schedule that carries out ``contiguity``'s groups; see the module docstring.
+
+    ``port_order``: which sends through a rank's shared port also go one after another
+    (see :func:`shared_ports`). ``priority``: per group, the time it should go (default:
+    stage 3's start times); queues serve groups in this order.
+    """
     coll = demand.collective
     builder = ScheduleBuilder(coll)
     c = coll.chunks_per_rank
@@ -38,9 +71,12 @@ def lower(demand: Demand, logical: LogicalTopology, ordering: Ordering,
     for chunk_id, chunk in enumerate(demand.chunks):
         where[(chunk_id, chunk.source)] = (Buffer.INPUT, chunk.input_index)
     scratch = [0] * coll.num_ranks
-    last_on_edge: dict[int, int] = {}
+    last_on: dict[object, int] = {}
+    ports = shared_ports(logical, port_order)
     sends = ordering.sends
-    for group in _in_order(ordering, contiguity):
+    carrier = [0] * len(contiguity.groups)
+    for number in _in_order(ordering, contiguity, priority or contiguity.start_s):
+        group = contiguity.groups[number]
         edge = logical.edges[sends[group[0]].edge]
         u, v = edge.src, edge.dst
         chunks = sorted((sends[i].chunk for i in group),
@@ -59,16 +95,19 @@ def lower(demand: Demand, logical: LogicalTopology, ordering: Ordering,
             dst, unpack = (Buffer.SCRATCH, scratch[v]), True
             scratch[v] += count
         src = _gathered(builder, u, [where[(ch, u)] for ch in chunks], scratch)
-        after = [last_on_edge[sends[group[0]].edge]] if sends[group[0]].edge in last_on_edge \
-            else []
-        last_on_edge[sends[group[0]].edge] = builder.copy(u, v, src, dst, count=count,
-                                                          after=after)
+        queues = [("edge", sends[group[0]].edge),
+                  *(("port", u, link) for link in ports.get(sends[group[0]].edge, ()))]
+        after = [last_on[q] for q in queues if q in last_on]
+        index = builder.copy(u, v, src, dst, count=count, after=after)
+        carrier[number] = index
+        for q in queues:
+            last_on[q] = index
         for j, (ch, target) in enumerate(zip(chunks, targets)):
             slot = (dst[0], dst[1] + j)
             where[(ch, v)] = slot
             if unpack and target is not None:
                 builder.copy(v, v, slot, (Buffer.OUTPUT, target))
-    return builder.build(name, **metadata)
+    return Lowered(builder.build(name, **metadata), tuple(carrier))
 
 
 def _gathered(builder: ScheduleBuilder, rank: int, slots: list[Slot],
@@ -85,9 +124,22 @@ def _gathered(builder: ScheduleBuilder, rank: int, slots: list[Slot],
     return Buffer.SCRATCH, base
 
 
-def _in_order(ordering: Ordering, contiguity: Contiguity) -> list[tuple[int, ...]]:
-    """Groups in start-time order, each after the groups that bring its chunks and the
-    group before it on its edge (so equal times never invert a dependency)."""
+def _in_order(ordering: Ordering, contiguity: Contiguity,
+              priority: Sequence[float]) -> list[int]:
+    """Group numbers in ``priority`` order, each after the groups that bring its chunks
+    and the groups its edge serves before it (edges serve groups by ``priority``, ties
+    by stage 2's order). Falls back to stage 3's own times should the priorities
+    contradict the data (they come from a simulation of another order)."""
+    order = _topological(ordering, contiguity, priority)
+    if order is None:
+        order = _topological(ordering, contiguity, contiguity.start_s)
+    if order is None:
+        raise AssertionError("taccl: stage 3 grouped sends into a cycle")  # a bug, not input
+    return order
+
+
+def _topological(ordering: Ordering, contiguity: Contiguity,
+                 priority: Sequence[float]) -> list[int] | None:
     group_of = {}
     for g, group in enumerate(contiguity.groups):
         for i in group:
@@ -98,26 +150,28 @@ def _in_order(ordering: Ordering, contiguity: Contiguity) -> list[tuple[int, ...
             parent = ordering.sends[i].parent
             if parent >= 0 and group_of[parent] != g:
                 needs[g].add(group_of[parent])
-    for sequence in ordering.edge_order.values():
-        for prev, nxt in itertools.pairwise(sequence):
-            a, b = group_of[prev], group_of[nxt]
-            if a != b:
-                needs[b].add(a)
+    position = {i: k for sequence in ordering.edge_order.values()
+                for k, i in enumerate(sequence)}
+    by_edge: dict[int, list[int]] = {}
+    for g, group in enumerate(contiguity.groups):
+        by_edge.setdefault(ordering.sends[group[0]].edge, []).append(g)
+    for groups in by_edge.values():
+        groups.sort(key=lambda g: (priority[g], position[contiguity.groups[g][0]]))
+        for a, b in itertools.pairwise(groups):
+            needs[b].add(a)
     waiting = [len(n) for n in needs]
     children: list[list[int]] = [[] for _ in contiguity.groups]
     for g, n in enumerate(needs):
         for h in n:
             children[h].append(g)
-    heap = [(contiguity.start_s[g], g) for g in range(len(needs)) if not waiting[g]]
+    heap = [(priority[g], g) for g in range(len(needs)) if not waiting[g]]  # type: ignore
     heapq.heapify(heap)
     result = []
     while heap:
         _, g = heapq.heappop(heap)
-        result.append(contiguity.groups[g])
+        result.append(g)
         for h in children[g]:
             waiting[h] -= 1
             if not waiting[h]:
-                heapq.heappush(heap, (contiguity.start_s[h], h))
-    if len(result) != len(needs):
-        raise AssertionError("taccl: stage 3 grouped sends into a cycle")  # a bug, not input
-    return result
+                heapq.heappush(heap, (priority[h], h))
+    return result if len(result) == len(needs) else None

@@ -112,6 +112,17 @@ class Model:
     def add_cost(self, column: int, cost: float) -> None:
         self._cost[column] += cost
 
+    def fixed(self, values: dict[int, float]) -> Model:
+        """A copy with the given columns fixed to values (e.g. binaries, to solve the rest
+        as an LP)."""
+        copy = Model(self.name)
+        copy.__dict__.update({key: list(value) if isinstance(value, list) else value
+                              for key, value in self.__dict__.items()})
+        for column, value in values.items():
+            copy._lower[column] = copy._upper[column] = value
+            copy._integer[column] = False
+        return copy
+
     def add_row(self, columns: Sequence[int], coefficients: Sequence[float],
                 lower: float = -INF, upper: float = INF) -> None:
         """``lower <= sum(coefficient * column) <= upper``; repeated columns are summed."""
