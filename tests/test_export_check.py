@@ -8,12 +8,11 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from ccweave.errors import InputError
-from ccweave.export import Severity, check_xml, from_xml
+from ccweave.export import Severity, check_xml, from_xml, lex_check
 from ccweave.verify import check
 
 # allgather on 2 ranks: each sends its chunk to the other and copies it into place
-BASE = """<algo name="ag2" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2"
-      coll="allgather" inplace="0">
+BASE = """<algo name="ag2" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2" coll="allgather" inplace="0">
   <gpu id="0" i_chunks="1" o_chunks="2" s_chunks="0">
     <tb id="0" send="1" recv="1" chan="0">
       <step s="0" type="s" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="0"/>
@@ -57,6 +56,7 @@ def _problems(text: str, runtime: str | None = None):
 
 
 def test_the_base_algorithm_is_clean_and_proven():
+    assert lex_check(BASE) == []
     assert _problems(BASE) == []
     assert _problems(BASE, "msccl") == []
     assert check(from_xml(BASE)).ok
@@ -215,3 +215,26 @@ def test_in_place_without_input_chunks_imports_through_the_alias():
         gpu.remove(gpu.findall("tb")[1])  # nothing to copy in place
     sched = from_xml(ET.tostring(root, encoding="unicode"))
     assert sched.in_place and check(sched).ok
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('<algo a="1"\n b="2"></algo>', "attributes go on the tag's line"),
+    ('<?xml version="1.0"?>\n<algo></algo>', "no XML declaration"),
+    ("<algo>\t<gpu/></algo>", "found '\\t' between elements"),
+    ("<algo a='1'></algo>", "must be in double quotes"),
+    ('<algo></algo>\nRank 0 chunk 0 is incorrect', "found 'R' outside the root element"),
+    (f'<algo name="{"x" * 300}"></algo>', "longer than 255 characters"),
+    ("<algo><gpu></algo>", "</algo> closes nothing open"),
+    ("<algo><gpu>", "<gpu> is never closed"),
+])
+def test_what_the_runtimes_xml_reader_refuses(text, message):
+    problems = lex_check(text)
+    assert len(problems) == 1 and problems[0].severity is Severity.RUNTIME
+    assert message in str(problems[0])
+
+
+def test_the_readers_limits_are_reported_on_import():
+    text = BASE.replace('nchannels="1" nchunksperloop', 'nchannels="1"\n nchunksperloop')
+    sched = from_xml(text)
+    assert any("attributes go on the tag's line" in p
+               for p in sched.metadata["msccl_runtime_problems"])

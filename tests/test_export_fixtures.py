@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ccweave.collectives import Kind
-from ccweave.export import Severity, check_xml, from_xml, read, to_xml
+from ccweave.export import Severity, check_xml, from_xml, lex_check, read, to_xml
 from ccweave.simulate import simulate
 from ccweave.topology import zoo
 from ccweave.verify import ProblemKind, check
@@ -53,6 +53,7 @@ def test_fixture_verifies_and_passes_the_runtime_checker(path):
     assert result.ok, result.problems[0].message
     assert result.outputs == len(sched.collective.postcondition)
     assert check_xml(ET.parse(path), "msccl") == []
+    assert lex_check(path.read_text()) == []
 
 
 def test_the_broken_example_imports_and_the_verifier_names_its_bug():
@@ -60,7 +61,7 @@ def test_the_broken_example_imports_and_the_verifier_names_its_bug():
     assert "is incorrect" in path.read_text()  # msccl-tools' own Check() said so
     sched = read(path)
     problems = sched.metadata["msccl_runtime_problems"]
-    assert any("text follows </algo>" in p for p in problems)
+    assert any("found 'R' outside the root element" in p for p in problems)
     result = check(sched)
     assert not result.ok
     assert {p.kind for p in result.problems} & {ProblemKind.MIXED_CHUNKS,
@@ -73,7 +74,7 @@ def test_fixture_re_exports_to_the_same_algorithm(path):
     """import -> export -> import: proven again, and the simulator sees the same time."""
     sched = read(path)
     text = to_xml(sched, proto=sched.metadata["proto"])
-    assert check_xml(ET.fromstring(text), "msccl") == []
+    assert check_xml(ET.fromstring(text), "msccl") == [] and lex_check(text) == []
     again = from_xml(text)
     assert check(again).ok
     topo = zoo.get(TOPOLOGY[sched.num_ranks])

@@ -9,7 +9,7 @@ import pytest
 
 from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import InputError, NotApplicableError
-from ccweave.export import Runtime, check_xml, from_xml, to_xml
+from ccweave.export import Runtime, check_xml, from_xml, lex_check, to_xml
 from ccweave.export.msccl_spec import MAX_STEPS
 from ccweave.schedule import ScheduleBuilder
 from ccweave.simulate import simulate
@@ -37,6 +37,7 @@ def _round_trip(topo, name: str, runtime: Runtime = Runtime.MSCCL, instances: in
             continue
         text = to_xml(sched, runtime=runtime, instances=instances)
         assert check_xml(ET.fromstring(text), runtime) == [], f"{sched.name} {kind.value}"
+        assert lex_check(text) == []
         back = from_xml(text)
         result = check(back, topo)
         assert result.ok, f"{sched.name} {kind.value}: {result.problems[0].message}"

@@ -28,8 +28,14 @@ def emit(program: Program, layout: Layout, steps: tuple[tuple[tuple[Step, ...], 
                                              "recv": str(tb.recv), "chan": str(tb.chan)})
             for s, step in enumerate(steps[rank][tb_id]):
                 ET.SubElement(elem, "step", _step_attrs(program, s, step))
+    return serialize(root)
+
+
+def serialize(root: ET.Element) -> str:
+    """Indented, no XML declaration and ``<step .../>`` as msccl-tools prints it: the
+    runtimes' hand-written parser reads ``<?xml`` as an element and refuses it."""
     ET.indent(root, space="  ")
-    return ET.tostring(root, encoding="unicode") + "\n"
+    return ET.tostring(root, encoding="unicode").replace(" />", "/>") + "\n"
 
 
 def _step_attrs(program: Program, s: int, step: Step) -> dict[str, str]:

@@ -18,18 +18,20 @@ from ccweave.collectives import Kind
 from ccweave.errors import InputError
 from ccweave.export import msccl_spec as spec
 from ccweave.export.dependencies import infer
-from ccweave.export.emit import emit
+from ccweave.export.emit import emit, serialize
 from ccweave.export.fusion import fuse
 from ccweave.export.lowering import lower, split_counts
 from ccweave.export.problems import summary
 from ccweave.export.threadblocks import assign
 from ccweave.export.xml_check import check_xml
 from ccweave.export.xml_import import from_xml, read
+from ccweave.export.xml_lexer import lex_check
 from ccweave.plan import Plan
 from ccweave.schedule import Schedule
 from ccweave.transforms import instances as replicate
 
-__all__ = ["CONFIG_NAME", "check_xml", "export_plan", "from_xml", "read", "to_xml", "write"]
+__all__ = ["CONFIG_NAME", "check_xml", "export_plan", "from_xml", "lex_check", "read", "to_xml",
+           "write"]
 
 DEFAULT_PROTO = "Simple"
 OPEN_MAX_BYTES = 1 << 40
@@ -76,7 +78,7 @@ def to_xml(schedule: Schedule, *, proto: str = DEFAULT_PROTO, instances: int = 1
     steps = infer(program, layout)
     header = _header(sched, proto, runtime, coll, min_bytes, max_bytes, name)
     text = emit(program, layout, steps, header, _chunks(sched, coll is None))
-    problems = check_xml(ET.fromstring(text), runtime)
+    problems = [*lex_check(text), *check_xml(ET.fromstring(text), runtime)]
     if problems:
         raise InputError(f"cannot export {header['name']!r} for MSCCL: {summary(problems)}")
     return text
@@ -128,8 +130,7 @@ def _config(plan: Plan, files: list[Path], proto: str) -> str:
                                      "maxbytes": str(-1 if entry.max_bytes is None
                                                      else entry.max_bytes),
                                      "proto": proto})
-    ET.indent(root, space="  ")
-    return ET.tostring(root, encoding="unicode") + "\n"
+    return serialize(root)
 
 
 def _header(sched: Schedule, proto: str, runtime: spec.Runtime, coll: str | None,

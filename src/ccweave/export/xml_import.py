@@ -24,6 +24,7 @@ from ccweave.export import msccl_spec as spec
 from ccweave.export.problems import Severity, XmlProblem, summary
 from ccweave.export.xml_check import Analysis, analyze
 from ccweave.export.xml_graph import AlgoGraph, StepRef
+from ccweave.export.xml_lexer import lex_check
 from ccweave.schedule import Op, Schedule, Transfer, topological_order
 
 Slot = tuple[Buffer, int]
@@ -43,15 +44,14 @@ def read(path: str | Path) -> Schedule:
 
 def from_xml(text: str, source: str = "<xml>") -> Schedule:
     """Like :func:`read`, from the file's text."""
-    root, problems = parse_document(text, source)
+    root = parse_document(text, source)
     analysis = analyze(root)
-    problems.extend(analysis.problems)
-    return from_analysis(analysis, source, problems)
+    return from_analysis(analysis, source, [*lex_check(text), *analysis.problems])
 
 
-def parse_document(text: str, source: str) -> tuple[ET.Element, list[XmlProblem]]:
-    """The root element; text after it (program output printed into the file) is a
-    RUNTIME problem, not an error: the runtime's parser would refuse it."""
+def parse_document(text: str, source: str) -> ET.Element:
+    """The root element. Text after it (program output printed into the file) is let
+    through: :func:`lex_check` reports it, as the runtime's reader would refuse it."""
     parser = ET.XMLPullParser(events=("start", "end"))
     root: ET.Element | None = None
     closed = False
@@ -66,13 +66,9 @@ def parse_document(text: str, source: str) -> tuple[ET.Element, list[XmlProblem]
     except ET.ParseError as error:
         if not closed:
             raise InputError(f"{source}: not well-formed XML ({error})") from None
-        line = error.position[0] if error.position else "?"
-        return root, [XmlProblem("document", f"text follows </{root.tag}> (line {line}); the "  # type: ignore[union-attr]
-                                 "runtime's parser refuses it: delete it", None,
-                                 Severity.RUNTIME)]
     if root is None:
         raise InputError(f"{source}: empty document; expected an MSCCL <algo> element")
-    return root, []
+    return root
 
 
 def from_analysis(analysis: Analysis, source: str,
