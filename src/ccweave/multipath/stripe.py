@@ -5,10 +5,10 @@ link while it runs (its *residual* capacity); its chunks are split over its usef
 (:mod:`~ccweave.multipath.paths`) in the shares that residual capacity gives
 (:func:`~ccweave.multipath.shares.solve`). A path over links the collective already
 saturates gets nothing: the paper switched multipath off during inter-socket traffic for
-this reason. Transfers striped at once compete for the same spare links, so the
-alternative paths' shares are scaled by each of ``scales`` in turn and the fastest
-schedule in simulation wins, the unstriped one included: striping never slows a schedule
-down at the size it is tuned for.
+this reason. Transfers that may stripe at once compete for the same spare links, so each
+gets its overlap-weighted part of them, and the alternative paths' shares are scaled by
+each of ``scales`` in turn; the fastest schedule in simulation wins, the unstriped one
+included, so striping never slows a schedule down at the size it is tuned for.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from ccweave.simulate import SimResult, simulate
 from ccweave.topology.model import Topology
 
 SCALES = (1.0, 0.6, 0.3)
+"""Factors tried on the alternative paths' shares (1: as the residual capacity says)."""
+
 MIN_GAIN = 1e-3
 """A striped variant must be at least this fraction faster to replace the schedule."""
 
@@ -43,7 +45,6 @@ capacity divided among many transfers is small, so the bar is lower here)."""
 SPLIT = 32
 """Each chunk is cut into this many before striping, so a one-chunk transfer can split
 and a path can take a small share (1/32 of it)."""
-"""Factors tried on the alternative paths' shares (1: as the residual capacity says)."""
 
 Pairs = Callable[[int, int], bool]
 
@@ -110,8 +111,30 @@ def _variants(schedule: Schedule, topology: Topology, size_bytes: float,
                          + ", ".join(PATH_KINDS))
     schedule = finer(schedule, split)
     base = simulate(schedule, topology, size_bytes)
-    loads = _Loads(base, topology)
+    plans = _plans(schedule, base, topology, kinds, pairs, max_paths, max_relays, max_pieces)
     chunk = schedule.collective.chunk_bytes(size_bytes)
+    striped = []
+    for scale in scales:
+        splits = {index: _split(plan, schedule.transfers[index].count, scale,
+                                schedule.transfers[index].count * chunk, max_pieces)
+                  for index, plan in plans.items()}
+        splits = {index: s for index, s in splits.items() if len(s.parts) > 1}
+        if splits:
+            striped.append(_emit(schedule, splits, scale))
+    return base.time_s, striped
+
+
+Plan = list[tuple[Path, float, np.ndarray]]
+"""Per path of one transfer: the path, its share, the link capacities it was solved on."""
+
+
+def _plans(schedule: Schedule, base: SimResult, topology: Topology, kinds: Sequence[str],
+           pairs: Pairs | None, max_paths: int, max_relays: int,
+           max_pieces: int) -> dict[int, Plan]:
+    """Shares over its useful paths for every transfer that may be striped, on what the
+    rest of the schedule leaves of each link (:class:`_Loads`)."""
+    loads = _Loads(base, topology)
+    chunk = schedule.collective.chunk_bytes(base.size_bytes)
     eligible: dict[int, tuple[list[Path], np.ndarray, set[int]]] = {}
     for index, t in enumerate(schedule.transfers):
         if t.is_local or t.count < 2 or t.via is not None \
@@ -129,7 +152,7 @@ def _variants(schedule: Schedule, topology: Topology, size_bytes: float,
             eligible[index] = (candidates, capacity, spare)
     loads.share_spare({index: spare for index, (_, _, spare) in eligible.items()},
                       {index: capacity for index, (_, capacity, _) in eligible.items()})
-    plans: dict[int, list[tuple[Path, float, np.ndarray]]] = {}
+    plans: dict[int, Plan] = {}
     solved: dict[tuple, np.ndarray] = {}
     for index, (candidates, capacity, _) in eligible.items():
         t = schedule.transfers[index]
@@ -145,15 +168,7 @@ def _variants(schedule: Schedule, topology: Topology, size_bytes: float,
             solved[key] = solve(candidates, t.count * chunk, topology, max_pieces,
                                 capacity=capacity)[0]
         plans[index] = [(p, x, capacity) for p, x in zip(candidates, solved[key])]
-    striped = []
-    for scale in scales:
-        splits = {index: _split(plan, schedule.transfers[index].count, scale,
-                                schedule.transfers[index].count * chunk, max_pieces)
-                  for index, plan in plans.items()}
-        splits = {index: s for index, s in splits.items() if len(s.parts) > 1}
-        if splits:
-            striped.append(_emit(schedule, splits, scale))
-    return base.time_s, striped
+    return plans
 
 
 def _bottleneck(path: Path, capacity: np.ndarray) -> float:
@@ -177,7 +192,7 @@ def finer(schedule: Schedule, k: int) -> Schedule:
                    scratch_chunks=schedule.scratch_chunks * k)
 
 
-def _split(plan: list[tuple[Path, float, np.ndarray]], count: int, scale: float,
+def _split(plan: Plan, count: int, scale: float,
            nbytes: float, max_pieces: int) -> _Split:
     """Whole chunks per path, the alternatives' shares scaled by ``scale``."""
     shares = np.array([x for _, x, _ in plan])
