@@ -204,7 +204,7 @@ def plan_p2p(topology: Topology, src: int, dst: int, size_bytes: int, *,
         plan = _simulated(topology, src, dst, size_bytes, candidates, shares, c, max_pieces)
         if best is None or plan.time_s < best.time_s:
             best = plan
-        shares = _corrected(plan, candidates, shares, size_bytes)
+        shares = _corrected(plan, candidates)
         if shares is None:
             break
     assert best is not None
@@ -235,8 +235,7 @@ def _simulated(topology: Topology, src: int, dst: int, size_bytes: int,
     return P2PPlan(topology, src, dst, size_bytes, tuple(used), sim.time_s, math.inf, c)
 
 
-def _corrected(plan: P2PPlan, candidates: Sequence[Path], shares: np.ndarray,
-               size_bytes: int) -> np.ndarray | None:
+def _corrected(plan: P2PPlan, candidates: Sequence[Path]) -> np.ndarray | None:
     """Shares that would make the simulated finish times equal if each path's time grew
     linearly with its bytes; ``None`` once they already agree within ``TOLERANCE``."""
     finish = [p.finish_s for p in plan.paths]
