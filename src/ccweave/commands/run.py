@@ -57,6 +57,9 @@ def add_parser(subparsers) -> None:
                         help="skip the element-by-element check")
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds without progress before a rank gives up (default 60)")
+    parser.add_argument("--progress", action="store_true",
+                        help="print a line per measurement to stderr even when it is not a "
+                             "terminal")
     parser.add_argument("--verified", action="store_true", help=argparse.SUPPRESS)
     _output.add_json_flag(parser)
     parser.set_defaults(run=run)
@@ -66,6 +69,10 @@ def run(args) -> int:
     from ccweave.runtime.job import check_backend, detect
 
     job = detect()
+    if job is not None and job.launcher == "ccweave":
+        from ccweave.runtime.launch import die_with_parent
+
+        die_with_parent()
     check_backend(args.backend, job if job is not None and job.launcher != "ccweave" else None)
     options = _options(args)
     sizes = _inputs.sizes(args.sizes)
@@ -126,6 +133,8 @@ def _worker_argv(args, path: str) -> list[str]:
         argv.append("--no-check")
     if args.json:
         argv.append("--json")
+    if args.progress:
+        argv.append("--progress")
     return argv
 
 
@@ -143,17 +152,20 @@ def _launch(args, plan: Plan, nproc: int) -> int:
 
 def _work(args, job, plan: Plan, sizes: list[int], options) -> int:
     from ccweave.runtime.bench import measure
-    from ccweave.runtime.job import connect, disconnect
-    from ccweave.runtime.launch import WRONG_EXIT, die_with_parent
+    from ccweave.runtime.job import connect, disconnect, fail_fast
+    from ccweave.runtime.launch import WRONG_EXIT
 
-    die_with_parent()
     transport = connect(args.backend, job, args.timeout)
+    progress = None
+    if job.rank == 0:
+        progress = (_output.progress_console.print if args.progress
+                    else None if args.json else _output.progress_printer())
     try:
-        progress = _output.progress_printer() if job.rank == 0 and not args.json else None
         rows = measure(plan, transport, sizes, options, progress)
         transport.barrier()
-    finally:
-        disconnect(transport)
+    except RuntimeFault as error:
+        fail_fast(error)
+    disconnect(transport)
     if job.rank == 0:
         _print(args, plan, transport.name, job.world_size, rows)
     wrong = sum((mode.wrong or 0) for row in rows for mode in (row.out_of_place, row.in_place))

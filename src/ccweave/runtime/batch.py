@@ -80,7 +80,8 @@ def launch(cases: Sequence[Case], nproc: int, folder: str | Path, backend: str =
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ccweave.runtime.job import connect, detect, disconnect
+    from ccweave.errors import RuntimeFault
+    from ccweave.runtime.job import connect, detect, disconnect, fail_fast
     from ccweave.runtime.launch import die_with_parent
 
     parser = argparse.ArgumentParser(prog="python -m ccweave.runtime.batch")
@@ -99,8 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             results = run_cases(load(args.cases), transport, args.timeout)
             transport.barrier()
-        finally:
-            disconnect(transport)
+        except RuntimeFault as error:
+            fail_fast(error)
+        disconnect(transport)
     except CCWeaveError as error:
         print(f"ccweave: error: {error}", file=sys.stderr)
         return 2

@@ -23,6 +23,7 @@ from ccweave.runtime.layout import Layout, layout_for_bytes
 from ccweave.runtime.reduce_ops import RedOp
 from ccweave.runtime.transport.base import Transport
 from ccweave.schedule import Schedule
+from ccweave.units import format_size
 
 DTYPES = {"float32": torch.float32, "float": torch.float32, "float16": torch.float16,
           "half": torch.float16, "bfloat16": torch.bfloat16, "int32": torch.int32,
@@ -127,8 +128,8 @@ class Runner:
                 results[mode] = Result(skipped=executor)
                 continue
             if progress:
-                progress(f"{layout.size_bytes(opts.dtype.itemsize)} bytes "
-                         f"{'in place' if mode else 'out of place'}")
+                progress(f"{format_size(layout.size_bytes(opts.dtype.itemsize))} "
+                         f"{'in-place' if mode else 'out-of-place'}: check and time")
             results[mode] = self._measure(executor, layout, mode)
         reduction = coll.kind.is_reduction
         return Row(layout.size_bytes(opts.dtype.itemsize), layout.count, type_name(opts.dtype),

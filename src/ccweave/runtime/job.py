@@ -4,11 +4,15 @@ mpirun, or ``ccweave run`` itself) and connect a transport."""
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import NoReturn
 
-from ccweave.errors import InputError, RuntimeFault
+from ccweave.errors import CCWeaveError, InputError, RuntimeFault
 from ccweave.runtime.transport.base import Transport
 
 BACKENDS = ("gloo", "nccl", "mpi")
@@ -70,6 +74,7 @@ def connect(backend: str, job: JobEnv, timeout: float = 60.0) -> Transport:
     if backend == "mpi":
         from ccweave.runtime.transport.mpi import MPITransport
 
+        _raise_on_sigterm(job.rank)
         transport = MPITransport()
         if transport.world_size != job.world_size:
             raise RuntimeFault(f"MPI reports {transport.world_size} ranks but the launcher "
@@ -98,6 +103,18 @@ def connect(backend: str, job: JobEnv, timeout: float = 60.0) -> Transport:
     return TorchTransport(board=FaultBoard(store, job.rank, job.world_size))
 
 
+def _raise_on_sigterm(rank: int) -> None:
+    """mpirun stops every rank with SIGTERM when one fails: say so instead of vanishing."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise RuntimeFault(f"rank {rank}: stopped by mpirun (SIGTERM), which stops the job "
+                           "when a rank fails; its report names that rank")
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def disconnect(transport: Transport) -> None:
     """Tear down what :func:`connect` set up (process group, MPI stays to atexit)."""
     transport.close()
@@ -106,3 +123,11 @@ def disconnect(transport: Transport) -> None:
 
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def fail_fast(error: CCWeaveError) -> NoReturn:
+    """Print ``error`` as the CLI does and leave at once (exit 2): a process group with a
+    dead peer can hang in its destructor, which would keep this rank alive."""
+    sys.stdout.flush()
+    print(f"ccweave: error: {error}", file=sys.stderr, flush=True)
+    os._exit(2)

@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -144,6 +145,7 @@ def launch_local(argv: Sequence[str], nproc: int, *, grace: float = GRACE_S,
 
 def _supervise(procs: Sequence[subprocess.Popen], signals: _Signals, grace: float) -> int:
     first_failure: float | None = None
+    hung: list[int] = []
     while True:
         codes = [p.poll() for p in procs]
         if signals.received is not None:
@@ -155,36 +157,50 @@ def _supervise(procs: Sequence[subprocess.Popen], signals: _Signals, grace: floa
         if first_failure is None and any(code not in (None, 0) for code in codes):
             first_failure = time.monotonic()
         if first_failure is not None and time.monotonic() - first_failure > grace:
+            hung = [rank for rank, code in enumerate(codes) if code is None]
             _stop(procs[0].pid, procs)
             break
         time.sleep(0.02)
     outcomes = [Outcome(rank, p.returncode) for rank, p in enumerate(procs)]
-    return _verdict(outcomes)
+    return _verdict(outcomes, hung, grace)
 
 
-def _verdict(outcomes: Sequence[Outcome]) -> int:
+def _verdict(outcomes: Sequence[Outcome], hung: Sequence[int] = (), grace: float = GRACE_S,
+             ) -> int:
     if all(o.code == 0 for o in outcomes):
         return 0
-    died = [o for o in outcomes if o.died]
-    if died:
-        others = [o.rank for o in outcomes if not o.died and o.code != 0]
-        tail = (f"; rank(s) {', '.join(map(str, others))} stopped with the errors above"
-                if others else "")
-        raise RuntimeFault("; ".join(o.describe() for o in died) + tail)
-    failed = [o.rank for o in outcomes if o.code == 2]
-    if failed:
-        raise RuntimeFault(f"rank(s) {', '.join(map(str, failed))} failed (errors above)")
+    died = [o for o in outcomes if o.died and o.rank not in hung]
+    parts = [o.describe() for o in died]
+    if hung:
+        parts.append(f"rank(s) {', '.join(map(str, hung))} did not stop within {grace:g} s "
+                     "of the first failure and were stopped by the launcher")
+    reported = [o.rank for o in outcomes if o.code == 2]
+    if parts:
+        tail = (f"; rank(s) {', '.join(map(str, reported))} stopped with the errors above"
+                if reported else "")
+        raise RuntimeFault("; ".join(parts) + tail)
+    if reported:
+        raise RuntimeFault(f"rank(s) {', '.join(map(str, reported))} failed (errors above)")
     return 1
 
 
 # ------------------------------------------------------------------ mpirun
 
 _MPI_RANK_RE = re.compile(r"process rank (\d+)")
+_EXEC_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)\n"
+    "os.getppid() == int(sys.argv[1]) or sys.exit(1)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n")
+"""Exec a command that gets SIGTERM when the launcher dies (Linux PR_SET_PDEATHSIG),
+so mpirun and its ranks never outlive ``ccweave run``, even a SIGKILLed one."""
 
 
 def mpirun_command(nproc: int, argv: Sequence[str], module: str = "ccweave.cli") -> list[str]:
     """``mpirun`` for ``nproc`` local ranks running ``python -m MODULE ARGV``."""
     command = ["mpirun", "-np", str(nproc), "--oversubscribe"]
+    if sys.platform.startswith("linux"):
+        command = [sys.executable, "-c", _EXEC_WITH_PARENT, str(os.getpid()), *command]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-run-as-root")
     return [*command, sys.executable, "-m", module, *argv]
@@ -197,12 +213,11 @@ def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
     env = dict(os.environ)
     if "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(threads or max(1, (os.cpu_count() or 1) // nproc))
-    try:
-        proc = _spawn(mpirun_command(nproc, argv, module), env, None, stderr=subprocess.PIPE,
-                      text=True, errors="replace")
-    except FileNotFoundError:
+    if shutil.which("mpirun") is None:
         raise RuntimeFault("mpirun is not on PATH; install Open MPI (Debian: openmpi-bin) "
-                           "or use --backend gloo") from None
+                           "or use --backend gloo")
+    proc = _spawn(mpirun_command(nproc, argv, module), env, None, stderr=subprocess.PIPE,
+                  text=True, errors="replace")
     dead: list[str] = []
 
     def pump() -> None:
@@ -233,6 +248,7 @@ def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
     code = proc.returncode
     if code == 0:
         return 0
+
     if code == WRONG_EXIT:
         return 1
     if dead:

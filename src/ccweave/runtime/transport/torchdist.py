@@ -9,6 +9,7 @@ match on both ends.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -19,6 +20,14 @@ from ccweave.runtime.faults import FaultBoard
 from ccweave.runtime.transport.base import PeerFailure, Transport
 
 _TIMEOUT_WORDS = ("Timed out", "timed out", "Timeout", "timeout")
+
+
+def _first_sentence(text: str) -> str:
+    """Gloo's message without its source location and advice: ``Connection closed by peer
+    [127.0.0.1]:1234``."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    line = re.sub(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", line)
+    return line.split(". ")[0].rstrip(".")
 
 
 class TorchTransport(Transport):
@@ -59,7 +68,7 @@ class TorchTransport(Transport):
             text = str(error)
             if any(word in text for word in _TIMEOUT_WORDS) and "closed" not in text:
                 return []
-            raise PeerFailure(0, text.splitlines()[0] if text else repr(error)) from None
+            raise PeerFailure(0, _first_sentence(text) or repr(error)) from None
         return [0]
 
     def order_after(self, handle: object) -> None:
