@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ccweave import schedule as schedule_io
-from ccweave.errors import CCWeaveError
+from ccweave.collectives import Kind
+from ccweave.errors import CCWeaveError, InputError, NotApplicableError
 from ccweave.runtime.bench import Options, Runner, parse_dtype, type_name
 from ccweave.runtime.reduce_ops import RedOp
 from ccweave.schedule import Schedule
+from ccweave.verify import verify
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,29 @@ class Case:
     iters: int = 1
     warmup: int = 0
     tags: dict[str, object] = field(default_factory=dict)
+
+
+def classic_schedules(topology, kinds: Sequence[Kind] | None = None,
+                      root: int = 0) -> list[tuple[str, Schedule]]:
+    """``(strategy, schedule)`` for every classic strategy and collective (``kinds``,
+    default all eight) that builds on ``topology``, verified; the rest are skipped."""
+    from ccweave.synth.registry import strategies, synthesize
+
+    wanted = list(kinds) if kinds is not None else list(Kind.collectives())
+    found = []
+    for strategy in strategies().values():
+        if not strategy.classic or strategy.slow:
+            continue
+        for kind in wanted:
+            if kind not in strategy.collectives:
+                continue
+            try:
+                schedule = synthesize(topology, kind, strategy.name, root=root)
+            except (NotApplicableError, InputError):
+                continue
+            verify(schedule)
+            found.append((strategy.name, schedule))
+    return found
 
 
 def save(cases: Sequence[Case], path: str | Path) -> None:

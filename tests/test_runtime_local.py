@@ -1,0 +1,127 @@
+"""The executor on in-process ranks (threads over shared mailboxes): every classic
+schedule, out of place and in place, several dtypes and reductions, checked element by
+element; faults become RuntimeFault naming the peer, the stalled transfers, or the world
+size that does not fit."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ccweave.collectives import Kind  # noqa: E402
+from ccweave.errors import InputError, RuntimeFault  # noqa: E402
+from ccweave.runtime import reference  # noqa: E402
+from ccweave.runtime.batch import classic_schedules  # noqa: E402
+from ccweave.runtime.bench import Options, measure  # noqa: E402
+from ccweave.runtime.executor import Executor  # noqa: E402
+from ccweave.runtime.layout import layout_for_bytes  # noqa: E402
+from ccweave.runtime.reduce_ops import RedOp  # noqa: E402
+from ccweave.runtime.transport.local import LocalFabric, run_threads  # noqa: E402
+from ccweave.topology.io import load  # noqa: E402
+
+DTYPES = ["float32", "float16", "bfloat16", "int32", "int64"]
+OPS = ["sum", "max", "min", "prod"]
+
+
+def cases(machine: str):
+    combos = itertools.cycle(itertools.product(DTYPES, OPS))
+    for strategy, schedule in classic_schedules(load(machine)):
+        dtype, op = next(combos)
+        name = f"{machine}-{strategy}-{schedule.collective.kind.value}-{dtype}-{op}"
+        yield pytest.param(schedule, dtype, op, id=name)
+
+
+@pytest.mark.parametrize("schedule,dtype,op",
+                         [*cases("switch:4"), *cases("switch:8"), *cases("cedar:2")])
+def test_every_classic_schedule_is_correct_in_and_out_of_place(schedule, dtype, op):
+    options = Options(dtype=torch.__dict__[dtype], op=RedOp(op), iters=1, warmup=0)
+    rows = run_threads(schedule.num_ranks,
+                       lambda transport: measure(schedule, transport, [1536, 40960], options))
+    for row in rows[0]:
+        assert row.out_of_place.wrong == 0, row
+        if schedule.collective.kind is Kind.ALLTOALL:
+            assert "cannot run in place" in row.in_place.skipped
+        else:
+            assert row.in_place.wrong == 0, row
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", OPS)
+def test_ring_allreduce_every_dtype_and_reduction(dtype, op):
+    schedule = classic_schedules(load("switch:4"), [Kind.ALLREDUCE])[0][1]
+    options = Options(dtype=torch.__dict__[dtype], op=RedOp(op), iters=1, warmup=0)
+    rows = run_threads(4, lambda transport: measure(schedule, transport, [4096], options))
+    assert rows[0][0].out_of_place.wrong == 0 and rows[0][0].in_place.wrong == 0
+
+
+def test_the_check_catches_a_wrong_element():
+    schedule = classic_schedules(load("switch:4"), [Kind.ALLGATHER])[0][1]
+    coll = schedule.collective
+    layout = layout_for_bytes(coll, 4096, 4)
+
+    def work(transport):
+        data, out = reference.make_buffers(coll, transport.rank, layout, torch.float32,
+                                           RedOp.SUM, False)
+        Executor(schedule, transport).run(data, out)
+        if transport.rank == 2:
+            out[17] += 1
+        return reference.count_wrong(coll, transport.rank, layout, out, RedOp.SUM, False)
+
+    assert run_threads(4, work) == [0, 0, 1, 0]
+
+
+def test_world_size_that_does_not_fit_is_refused_before_any_message():
+    schedule = classic_schedules(load("switch:4"), [Kind.ALLREDUCE])[0][1]
+    transport = LocalFabric(3).transports()[0]
+    with pytest.raises(RuntimeFault, match=r"world size 3 != the schedule's 4 ranks"):
+        Executor(schedule, transport)
+    assert not transport.fabric.mail
+
+
+def test_a_dead_peer_is_named():
+    schedule = classic_schedules(load("switch:4"), [Kind.ALLREDUCE])[0][1]
+    fabric = LocalFabric(4)
+    transport = fabric.transports()[1]
+    fabric.fail(0)
+    data = torch.ones(64)
+    with pytest.raises(RuntimeFault, match=r"rank 1: peer rank 0 .*from rank 0"):
+        Executor(schedule, transport, timeout=5).run(data, torch.empty(64))
+
+
+def test_a_silent_peer_times_out_naming_the_transfers_waited_on():
+    schedule = classic_schedules(load("switch:4"), [Kind.ALLREDUCE])[0][1]
+    transport = LocalFabric(4).transports()[2]
+    with pytest.raises(RuntimeFault, match=r"rank 2: no transfer finished in 0.2 s; waiting "
+                                           r"on \d+ transfer\(s\) with rank\(s\) 1 "):
+        Executor(schedule, transport, timeout=0.2).run(torch.ones(64), torch.empty(64))
+
+
+def test_executor_checks_tensor_shapes():
+    schedule = classic_schedules(load("switch:4"), [Kind.ALLGATHER])[0][1]
+    executor = Executor(schedule, LocalFabric(4).transports()[0])
+    with pytest.raises(InputError, match="multiple of 4"):
+        executor.run(torch.ones(1), torch.empty(6))
+    with pytest.raises(InputError, match="output = 4/1 x input"):
+        executor.run(torch.ones(4), torch.empty(4))
+    with pytest.raises(InputError, match="contiguous"):
+        executor.run(torch.ones(2), torch.empty(8, 2)[:, 0])
+
+
+def test_runs_reuse_bound_views_and_temporaries():
+    schedule = classic_schedules(load("switch:4"), [Kind.ALLREDUCE])[0][1]
+
+    def work(transport):
+        executor = Executor(schedule, transport)
+        data, out = torch.full((400,), float(transport.rank)), torch.empty(400)
+        for _ in range(3):
+            executor.run(data, out)
+        views = executor._bound
+        executor.run(data, out)
+        assert executor._bound is views
+        executor.release()
+        return out[0].item()
+
+    assert run_threads(4, work) == [6.0] * 4
