@@ -74,6 +74,8 @@ def test_the_base_algorithm_is_clean_and_proven():
     (("gpu:1@o_chunks", "3"), r"gpu 1 attribute 'o_chunks': is 3, but allgather on 2 ranks"),
     (("gpu:0@i_chunks", "2"), r"gpu 0 attribute 'i_chunks': is 2"),
     (("algo@nchunksperloop", "3"), r"nchunksperloop=3 must be a positive multiple of ngpus"),
+    (("algo@nchunksperloop", "1099511627776"), r"MSCCL addresses 32768 chunks per buffer"),
+    (("gpu:0@s_chunks", "40000"), r"gpu 0 attribute 's_chunks': is 40000; scratch holds"),
     (("gpu:0/tb:0/step:0@type", "xs"), r"attribute 'type': is 'xs'; step types are"),
     (("gpu:0/tb:0/step:0@srcbuf", "q"), r"attribute 'srcbuf': is 'q'; buffers are i, o, s"),
     (("gpu:0/tb:0/step:0@srcoff", "1"), r"attribute 'srcoff': is 1: chunks 1..1 of buffer 'i'"),

@@ -28,6 +28,10 @@ MAX_NODES = 4096
 """The XML parser's node table: algo + gpus + one rank's tbs and steps must fit."""
 MAX_ALGOS = 4
 """MSCCL_MAX_NUM_ALGOS of microsoft/msccl: algorithms one MSCCL_CONFIG may load."""
+MAX_CHUNKS = 1 << 15
+"""Offsets are int16 in both runtimes: a buffer has at most 32768 addressable chunks."""
+MAX_DEPID = 127
+"""``depid`` is stored in an int8: a step can wait on threadblocks 0..127 only."""
 PROTOCOLS = ("Simple", "LL", "LL128")
 
 BUFFER_CODE = {Buffer.INPUT: "i", Buffer.OUTPUT: "o", Buffer.SCRATCH: "s"}

@@ -98,6 +98,11 @@ def _collective(algo: AlgoXml, runtime: spec.Runtime | None,
         if algo.coll != expected:
             problems.append(XmlProblem("algo", f"is {algo.coll!r}; the {runtime.value} runtime "
                                        f"spells {kind.value} {expected!r}", "coll", RUNTIME))
+    if algo.nchunksperloop > spec.MAX_CHUNKS:
+        problems.append(XmlProblem("algo", f"is {algo.nchunksperloop}; MSCCL addresses "
+                                   f"{spec.MAX_CHUNKS} chunks per buffer (int16 offsets)",
+                                   "nchunksperloop"))
+        return None
     if algo.ngpus < 1 or algo.nchunksperloop < 1 or algo.nchunksperloop % algo.ngpus:
         problems.append(XmlProblem("algo", f"nchunksperloop={algo.nchunksperloop} must be a "
                                    f"positive multiple of ngpus={algo.ngpus} (the largest "
@@ -167,8 +172,10 @@ def _gpu_rules(algo: AlgoXml, coll: Collective, gpu: GpuXml, runtime: spec.Runti
                 problems.append(XmlProblem(place, f"is {declared}, which microsoft/msccl "
                                            f"requires to be nchunksperloop/{factor}", attr,
                                            RUNTIME))
-    if gpu.s_chunks < 0:
-        problems.append(XmlProblem(place, "must be >= 0", "s_chunks"))
+    if not 0 <= gpu.s_chunks <= spec.MAX_CHUNKS:
+        problems.append(XmlProblem(place, f"is {gpu.s_chunks}; scratch holds 0.."
+                                   f"{spec.MAX_CHUNKS} chunks (MSCCL's offsets are int16)",
+                                   "s_chunks"))
     sizes = {"i": gpu.i_chunks, "o": gpu.o_chunks, "s": gpu.s_chunks}
     _tb_table(algo, gpu, problems)
     tb_ids = {tb.id: tb for tb in gpu.tbs}
@@ -292,6 +299,11 @@ def _dependency_rule(gpu: GpuXml, tb: TbXml, i: int, st: StepXml, tb_ids: dict[i
     elif st.depid == tb.id and st.deps >= i:
         problems.append(XmlProblem(place, f"waits on step {st.deps} of its own threadblock, "
                                    "which runs after it (a cycle)", "deps"))
+    elif st.depid > spec.MAX_DEPID:
+        problems.append(XmlProblem(place, f"is {st.depid}; the runtime keeps depid in 8 bits, "
+                                   f"so a step can wait on threadblocks 0..{spec.MAX_DEPID}: "
+                                   "give the threadblocks it waits on lower ids", "depid",
+                                   RUNTIME))
 
 
 def _nop_rules(gpu: GpuXml, tb: TbXml, problems: list[XmlProblem]) -> None:
