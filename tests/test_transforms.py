@@ -126,3 +126,19 @@ def test_concat_refuses_mismatched_phases():
 def test_refine_of_any_direct_schedule_verifies(n, kind, chunks, k, root):
     topo = zoo.get(f"switch:{n}")
     verify(refine(build_direct(topo, kind, root=root % n, chunks=chunks), k), topo)
+
+
+def test_transforms_keep_pinned_routes():
+    topo = zoo.get("mist")
+    builder = ScheduleBuilder(Collective(Kind.BROADCAST, 4, 1, root=0))
+    builder.copy(0, 0, (Buffer.INPUT, 0), (Buffer.OUTPUT, 0), 4)
+    builder.add(0, 1, Buffer.INPUT, 0, Buffer.OUTPUT, 0, 2)
+    builder.add(0, 1, Buffer.INPUT, 2, Buffer.OUTPUT, 2, 2, via=("cpu0",))
+    for dst in (2, 3):
+        builder.add(0, dst, Buffer.INPUT, 0, Buffer.OUTPUT, 0, 4, via=("cpu0", "cpu1"))
+    sched = builder.build("pinned")
+    verify(sched, topo)
+    assert {t.via for t in refine(sched, 2).transfers} == {None, ("cpu0",), ("cpu0", "cpu1")}
+    back = reverse(sched)
+    verify(back, topo.reversed())
+    assert ("cpu1", "cpu0") in {t.via for t in back.transfers}

@@ -49,7 +49,8 @@ def refine(schedule: Schedule, k: int, channel_stride: int = 0) -> Schedule:
                 after.append(mine[-1])
             mine.append(builder.add(t.src, t.dst, t.src_buffer, t.src_index * k + j * t.count,
                                     t.dst_buffer, t.dst_index * k + j * t.count, t.count,
-                                    t.op, t.channel + j * channel_stride, after=after))
+                                    t.op, t.channel + j * channel_stride, after=after,
+                                    via=t.via))
         pieces[index] = mine
     builder.scratch_chunks = max(builder.scratch_chunks, schedule.scratch_chunks * k)
     return builder.build(f"{schedule.name}+refine({k})" if not channel_stride
@@ -108,8 +109,9 @@ def reverse(schedule: Schedule) -> Schedule:
 def _reverse_one(builder: ScheduleBuilder, t: Transfer, src_buffer: Buffer,
                  dst_buffer: Buffer, dst_index: int, src_index: int, count: int,
                  reduce: bool) -> None:
+    via = None if t.via is None else tuple(reversed(t.via))
     builder.add(t.dst, t.src, src_buffer, src_index, dst_buffer, dst_index, count,
-                Op.REDUCE if reduce else Op.COPY, t.channel)
+                Op.REDUCE if reduce else Op.COPY, t.channel, via=via)
 
 
 def concat(first: Schedule, second: Schedule) -> Schedule:
@@ -171,4 +173,4 @@ def _replay(builder: ScheduleBuilder, schedule: Schedule,
             new[index] = after  # a no-op: whoever waited on it waits on its deps
             continue
         new[index] = [builder.add(t.src, t.dst, *src, *dst, t.count, t.op, t.channel,
-                                  after=after)]
+                                  after=after, via=t.via)]

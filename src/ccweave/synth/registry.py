@@ -26,6 +26,8 @@ STRATEGY_MODULES = (
     "ccweave.synth.recursive",
     "ccweave.synth.direct",
     "ccweave.synth.hierarchical",
+    "ccweave.synth.pipelined",
+    "ccweave.multipath.p2p",
 )
 
 
