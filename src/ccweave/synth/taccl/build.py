@@ -24,6 +24,7 @@ from ccweave.synth.taccl import logical as logical_mod
 from ccweave.synth.taccl import sketch as sketch_mod
 from ccweave.synth.taccl.contiguity import (
     MAX_MERGE_BINARIES,
+    MAX_SENDS,
     MERGE_ALPHA_RATIO,
     Contiguity,
     contiguity,
@@ -84,6 +85,8 @@ class TacclOptions:
     contiguity: run stage 3 (merges on high-alpha links); off: stage-2 times stand.
     merge_alpha_ratio: edges whose alpha is at least this fraction of a chunk's
         streaming time are high-alpha.
+    max_merges, contiguity_max_sends: caps on the contiguity MILP's merge decisions and
+        sends; beyond the latter a batching heuristic merges instead.
     fallback: when a classic strategy simulates faster at ``size``, return it (the
         schedule's metadata says so).
     threads: solver threads.
@@ -100,6 +103,7 @@ class TacclOptions:
     contiguity: bool = True
     merge_alpha_ratio: float = MERGE_ALPHA_RATIO
     max_merges: int = MAX_MERGE_BINARIES
+    contiguity_max_sends: int = MAX_SENDS
     fallback: bool = True
     threads: int = 1
     progress: Callable[[Progress], None] | None = field(default=None, repr=False)
@@ -133,7 +137,8 @@ class TacclOptions:
         positive("contiguity_time_limit", self.contiguity_time_limit)
         positive("mip_gap", self.mip_gap)
         positive("merge_alpha_ratio", self.merge_alpha_ratio)
-        for name in ("max_paths", "max_trees", "max_merges", "threads"):
+        for name in ("max_paths", "max_trees", "max_merges", "contiguity_max_sends",
+                     "threads"):
             positive(name, getattr(self, name), integer=True)
         for name in ("contiguity", "fallback"):
             if not isinstance(getattr(self, name), bool):
@@ -205,7 +210,8 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
                                                       options.contiguity_time_limit))
         groups = contiguity(logical, ordering, chunk_bytes,
                             alpha_ratio=options.merge_alpha_ratio,
-                            max_merges=options.max_merges, settings=settings,
+                            max_merges=options.max_merges,
+                            max_sends=options.contiguity_max_sends, settings=settings,
                             progress=progress)
     else:
         groups = singletons(ordering, "contiguity off: stage-2 times")
@@ -292,13 +298,18 @@ def synthesize_taccl(topology: Topology, kind: Kind, chunks: int | None,
     tried = candidates(topology, kind, chunks, options)
     clock = _Clock(options.time_limit)
     best: tuple[float, Schedule] | None = None
-    results = []
+    results: list[dict[str, object]] = []
+    per_chunk = 0.0  # most wall seconds a candidate took per chunk per rank
     for number, (sketch, count) in enumerate(tried):
-        if number and clock.left() < MIN_STAGE_TIME_S * 2:
-            break
+        if number and per_chunk * count > clock.left():
+            results.append({"sketch": sketch.name, "chunks": count,
+                            "skipped": "would not finish within the time limit"})
+            continue
+        started = time.perf_counter()
         share = _Clock(clock.left() / (len(tried) - number))
         schedule = _one(topology, kind, sketch, count, options, share)
         seconds = simulate(schedule, topology, options.size).time_s
+        per_chunk = max(per_chunk, (time.perf_counter() - started) / count)
         results.append({"sketch": sketch.name, "chunks": count, "time_us": seconds * 1e6})
         if options.progress and len(tried) > 1:
             options.progress(Progress("select", f"candidate {number + 1}/{len(tried)} "

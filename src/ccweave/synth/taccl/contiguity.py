@@ -35,6 +35,9 @@ MAX_MERGE_BINARIES = 2000
 """At most this many merge decisions per solve; the highest-alpha edges get them."""
 _SLACK = 1e-6
 """Relative room above the stage-2 makespan, so its times stay feasible after rounding."""
+MAX_SENDS = 5000
+"""Largest number of sends the MILP is built for; beyond it (tens of thousands of
+continuous variables) the batching heuristic decides the merges."""
 EARLY_ARRIVAL_WEIGHT = 1e-3
 """Weight of the mean arrival time beside the makespan: among equal makespans, earlier."""
 
@@ -79,6 +82,7 @@ def high_alpha_edges(logical: LogicalTopology, chunk_bytes: float,
 def contiguity(logical: LogicalTopology, ordering: Ordering, chunk_bytes: float, *,
                alpha_ratio: float = MERGE_ALPHA_RATIO,
                max_merges: int = MAX_MERGE_BINARIES,
+               max_sends: int = MAX_SENDS,
                settings: SolverSettings = DEFAULT_SETTINGS,
                progress: Callable[[Progress], None] | None = None) -> Contiguity:
     """Decide merges and send times; see the module docstring."""
@@ -95,6 +99,10 @@ def contiguity(logical: LogicalTopology, ordering: Ordering, chunk_bytes: float,
         if need <= budget:
             mergeable.add(e)
             budget -= need
+    if len(ordering.sends) > max_sends:
+        return _grouped(ordering, batches(ordering, mergeable),
+                        f"{len(ordering.sends)} sends are more than the MILP takes "
+                        f"({max_sends}): merges by the batching heuristic", "heuristic")
     model, columns, warm = _build(logical, ordering, chunk_bytes, mergeable)
     warm = _best_warm_start(model, columns, warm, ordering, settings)
     if progress:
@@ -126,23 +134,45 @@ def contiguity(logical: LogicalTopology, ordering: Ordering, chunk_bytes: float,
                       result.status, result.gap, result.seconds, merges, result.describe())
 
 
-def batches(ordering: Ordering, merge: dict[int, int]) -> dict[int, float]:
-    """Merge decisions of the batching heuristic: when a high-alpha edge frees up, it
-    sends every chunk that has arrived (by stage 2's times) as one transfer."""
-    decisions: dict[int, float] = {}
-    for sequence in ordering.edge_order.values():
+def batches(ordering: Ordering, mergeable: set[int]) -> set[int]:
+    """The batching heuristic: when a high-alpha edge frees up, it sends every chunk that
+    has arrived (by stage 2's times) as one transfer. Returns the sends that join the
+    transfer of the send before them."""
+    joined: set[int] = set()
+    for edge, sequence in ordering.edge_order.items():
+        if edge not in mergeable:
+            continue
         group_start = None
         for k in sequence:
-            if k not in merge:
-                group_start = ordering.start[k]
-                continue
-            ready = ordering.start[k] if ordering.sends[k].parent < 0 else \
+            ready = 0.0 if ordering.sends[k].parent < 0 else \
                 ordering.finish[ordering.sends[k].parent]
-            together = group_start is not None and ready <= group_start + 1e-15
-            decisions[merge[k]] = 1.0 if together else 0.0
-            if not together:
+            if group_start is not None and ready <= group_start + 1e-15:
+                joined.add(k)
+            else:
                 group_start = ordering.start[k]
-    return decisions
+    return joined
+
+
+def _grouped(ordering: Ordering, joined: set[int], note: str, status: str) -> Contiguity:
+    """Groups of consecutive sends per edge (``joined`` sends extend the one before),
+    each at the time its last chunk is ready by stage 2."""
+    groups: list[list[int]] = []
+    for _, sequence in sorted(ordering.edge_order.items()):
+        for k, i in enumerate(sequence):
+            if k and i in joined:
+                groups[-1].append(i)
+            else:
+                groups.append([i])
+
+    def ready(i: int) -> float:
+        parent = ordering.sends[i].parent
+        return 0.0 if parent < 0 else float(ordering.finish[parent])
+
+    start = [max(float(ordering.start[g[0]]), *(ready(i) for i in g)) for g in groups]
+    order = sorted(range(len(groups)), key=lambda g: (start[g], groups[g][0]))
+    return Contiguity(tuple(tuple(groups[g]) for g in order), tuple(start[g] for g in order),
+                      ordering.makespan_s, status, 0.0, 0.0,
+                      sum(len(g) - 1 for g in groups), note)
 
 
 def _best_warm_start(model: Model, columns, warm: np.ndarray, ordering: Ordering,
@@ -150,8 +180,9 @@ def _best_warm_start(model: Model, columns, warm: np.ndarray, ordering: Ordering
     """The better of stage 2's times (no merges) and the batching heuristic, the latter
     timed exactly by the model with its merges fixed (an LP)."""
     merge = columns[3]
-    decisions = batches(ordering, merge)
-    if not any(decisions.values()):
+    joined = batches(ordering, {ordering.sends[k].edge for k in merge})
+    decisions = {column: float(k in joined) for k, column in merge.items()}
+    if not joined:
         return warm
     try:
         timed = model.fixed(decisions).solve(settings)

@@ -48,8 +48,7 @@ def default_sketches(topology: Topology, kind: Kind = Kind.ALLGATHER) -> list[Sk
     """Sketches that fit ``topology`` for ``kind``, the likeliest best first."""
     nodes = tuple(topology.groups.get("node", ())) or (tuple(topology.ranks),)
     base = _intranode(topology, Sketch(
-        internode=InternodeSketch(Connections.FULLY_CONNECTED if kind is Kind.ALLTOALL
-                                  else Connections.DIRECT_MAP),
+        internode=_relays(topology, nodes, kind),
         input_chunkup=DEFAULT_CHUNKUP, description="read off the topology",
         source="default sketch"))
     if len(nodes) == 1:
@@ -57,13 +56,38 @@ def default_sketches(topology: Topology, kind: Kind = Kind.ALLGATHER) -> list[Sk
     elif kind is Kind.ALLTOALL:
         variants = [("fully-connected", base)]
     else:
-        relays = _relay_per_nic(topology, base)
+        relays = _relay_per_nic(topology, base) \
+            if base.internode.connections is Connections.DIRECT_MAP else None
         variants = [("relay-per-nic", replace(base, internode=InternodeSketch(
                         Connections.DIRECT_MAP, senders=relays)))] if relays else []
-        if relays is None or len(relays) < len(nodes[0]):
+        if relays is None or len(relays) < len(base.internode.senders or nodes[0]):
             variants.append(("relay-all", base))
     return [replace(_with_symmetry(topology, sketch, nodes),
                     name=f"default-{label}({topology.name})") for label, sketch in variants]
+
+
+def _relays(topology: Topology, nodes: tuple[tuple[int, ...], ...],
+            kind: Kind) -> InternodeSketch:
+    """Every local rank that has routes to its namesakes relays to them (``direct-map``);
+    for alltoall, or when no rank has such routes, every rank with a way out sends to
+    every rank with a way in (``fully-connected``)."""
+    if len(nodes) < 2 or len({len(n) for n in nodes}) != 1:
+        return InternodeSketch(Connections.DIRECT_MAP)
+    size = len(nodes[0])
+    pairs = [(a, b) for a in range(len(nodes)) for b in range(len(nodes)) if a != b]
+    mapped = tuple(i for i in range(size)
+                   if all(topology.has_route(nodes[a][i], nodes[b][i]) for a, b in pairs))
+    if kind is not Kind.ALLTOALL and mapped:
+        return InternodeSketch(Connections.DIRECT_MAP,
+                               senders=None if len(mapped) == size else mapped)
+    out = tuple(i for i in range(size)
+                if all(any(topology.has_route(nodes[a][i], v) for v in nodes[b])
+                       for a, b in pairs))
+    into = tuple(j for j in range(size)
+                 if all(topology.has_route(nodes[a][i], nodes[b][j])
+                        for a, b in pairs for i in out))
+    return InternodeSketch(Connections.FULLY_CONNECTED, senders=out or None,
+                           receivers=into or None)
 
 
 def _intranode(topology: Topology, base: Sketch) -> Sketch:

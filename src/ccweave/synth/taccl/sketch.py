@@ -168,7 +168,7 @@ def from_dict(data: object, source: str = "sketch") -> Sketch:
 def _no_unknown(data: Mapping, known: set[str], source: str, prefix: str) -> None:
     unknown = sorted(set(data) - known)
     if unknown:
-        raise InputError(f"{source}: unknown field {prefix}{unknown[0]!r}; known fields: "
+        raise InputError(f"{source}: unknown field '{prefix}{unknown[0]}'; known fields: "
                          + ", ".join(f"{prefix}{k}" for k in sorted(known - {"comment"})))
 
 

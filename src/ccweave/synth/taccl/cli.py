@@ -1,0 +1,61 @@
+"""What ``ccweave synth`` needs for ``--strategy taccl``: its flags as options, a live
+progress display, and the solver's notes said plainly."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from ccweave.schedule import Schedule
+from ccweave.synth.taccl.progress import live_display
+from ccweave.units import parse_size
+
+STRATEGY = "taccl"
+
+
+def add_flags(parser) -> None:
+    """``--sketch``, ``--size`` and ``--time-limit``."""
+    parser.add_argument("--sketch", metavar="FILE",
+                        help="communication sketch (JSON, docs/sketches.md) for --strategy "
+                             "taccl; default: sketches read off the topology")
+    parser.add_argument("--size", metavar="SIZE",
+                        help="size to synthesize for (taccl), e.g. 64MB (default 64MB)")
+    parser.add_argument("--time-limit", type=float, metavar="SECONDS",
+                        help="solver time in all (taccl, default 120); at the limit the best "
+                             "schedule found so far is returned with its MIP gap")
+
+
+def flag_options(args) -> dict[str, object]:
+    """The flags that were given, as strategy options."""
+    options: dict[str, object] = {}
+    if getattr(args, "sketch", None) is not None:
+        options["sketch"] = args.sketch
+    if getattr(args, "size", None) is not None:
+        options["size"] = parse_size(args.size)
+    if getattr(args, "time_limit", None) is not None:
+        options["time_limit"] = args.time_limit
+    return options
+
+
+@contextlib.contextmanager
+def progress_options(strategy: str, console) -> Iterator[dict[str, object]]:
+    """``{"progress": callback}`` for taccl on a terminal (a live status line), else {}."""
+    if strategy != STRATEGY:
+        yield {}
+        return
+    with live_display(console) as show:
+        yield {} if show is None else {"progress": show}
+
+
+def notes(schedule: Schedule) -> list[str]:
+    """Lines for people: how each solver stage ended, and any fallback."""
+    lines = []
+    report = schedule.metadata.get("taccl")
+    if isinstance(report, dict):
+        for stage in ("routing", "contiguity"):
+            facts = report.get(stage)
+            if isinstance(facts, dict) and facts.get("note"):
+                lines.append(f"{stage}: {facts['note']}")
+    if schedule.metadata.get("fallback"):
+        lines.append(str(schedule.metadata["fallback"]))
+    return lines
