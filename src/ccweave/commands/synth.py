@@ -7,6 +7,7 @@ from ccweave import schedule as schedule_io
 from ccweave.commands import _inputs, _output
 from ccweave.compare import build_verified
 from ccweave.synth.registry import strategies
+from ccweave.synth.taccl import cli as taccl_cli
 from ccweave.units import format_size
 
 ORDER = 20
@@ -24,6 +25,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--root", type=int, default=0, help="root of rooted collectives")
     parser.add_argument("--option", action="append", metavar="KEY=VALUE",
                         help="a strategy option, e.g. channels=2 (repeatable)")
+    taccl_cli.add_flags(parser)
     parser.add_argument("-o", "--output", required=True, help="schedule JSON to write")
     _output.add_json_flag(parser)
     parser.set_defaults(run=run)
@@ -34,8 +36,10 @@ def run(args) -> int:
     kind = _inputs.kind(args.collective)
     if args.strategy == "auto":
         return _run_auto(args, topo, kind)
-    sched = build_verified(topo, kind, args.strategy, root=args.root, chunks=args.chunks,
-                           **_inputs.strategy_options(args.option))
+    options = {**_inputs.strategy_options(args.option), **taccl_cli.flag_options(args)}
+    with taccl_cli.progress_options(args.strategy, _output.progress_console) as progress:
+        sched = build_verified(topo, kind, args.strategy, root=args.root, chunks=args.chunks,
+                               **options, **progress)
     schedule_io.save(sched, args.output)
     stats = sched.stats()
     if args.json:
@@ -45,6 +49,8 @@ def run(args) -> int:
             f"{sched.name}: {kind.value} on {topo.name}, {stats['transfers']} transfers in "
             f"{stats['steps']} steps over {stats['channels']} channel(s); verified; "
             f"wrote {args.output}")
+        for note in taccl_cli.notes(sched):
+            _output.console.print(note)
     return 0
 
 
