@@ -1,0 +1,96 @@
+"""Real processes: every collective and classic strategy at 4 ranks (and a few at 8) over
+gloo and over MPI (mpirun), out of place and in place, dtypes and reductions rotating,
+every element checked. One job per backend and size of world runs the whole matrix."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import shutil
+
+import pytest
+
+pytest.importorskip("torch")
+
+from ccweave.collectives import Kind
+from ccweave.runtime import batch
+from ccweave.topology.io import load
+
+DTYPES = ["float32", "float16", "bfloat16", "int32", "int64"]
+OPS = ["sum", "max", "min"]
+SIZES = (1024, 40960)
+EIGHT = [("ring", Kind.ALLREDUCE), ("pairwise", Kind.ALLTOALL), ("binomial", Kind.BROADCAST)]
+"""At 8 ranks the suite runs a few; benchmarks/executor.py runs every one."""
+
+TWO_NODES = {
+    "name": "two-nodes", "ranks": 4,
+    "fabric": {"sw0": "switch", "sw1": "switch", "net": "switch"},
+    "links": [{"src": r, "dst": f"sw{r // 2}", "bw_GBps": 100, "alpha_us": 0.5, "duplex": True}
+              for r in range(4)]
+             + [{"src": f"sw{n}", "dst": "net", "bw_GBps": 25, "alpha_us": 2, "duplex": True}
+                for n in range(2)],
+    "groups": {"node": [[0, 1], [2, 3]]},
+}
+
+needs_mpi = pytest.mark.skipif(
+    shutil.which("mpirun") is None or importlib.util.find_spec("mpi4py") is None,
+    reason="needs mpirun and mpi4py (Debian: openmpi-bin libopenmpi-dev; pip install mpi4py)")
+
+
+def four_rank_cases(tmp_path) -> list[batch.Case]:
+    path = tmp_path / "two-nodes.json"
+    path.write_text(json.dumps(TWO_NODES))
+    combos = itertools.cycle(itertools.product(DTYPES, OPS))
+    cases = []
+    for strategy, schedule in batch.classic_schedules(load(str(path))):
+        dtype, op = next(combos)
+        cases.append(batch.Case(f"{strategy}/{schedule.collective.kind.value}", schedule,
+                                SIZES, dtype, op))
+    return cases
+
+
+def eight_rank_cases() -> list[batch.Case]:
+    wanted = set(EIGHT)
+    return [batch.Case(f"{strategy}/{schedule.collective.kind.value}", schedule, SIZES,
+                       DTYPES[number % len(DTYPES)], "sum")
+            for number, (strategy, schedule) in enumerate(
+                (s, sc) for s, sc in batch.classic_schedules(load("switch:8"))
+                if (s, sc.collective.kind) in wanted)]
+
+
+def check(results: list[dict], cases: list[batch.Case]) -> None:
+    assert len(results) == len(cases) * len(SIZES)
+    wrong = [(r["case"], r["type"], r["size_bytes"], r["out_of_place"]["wrong"],
+              r["in_place"]["wrong"]) for r in results
+             if r["out_of_place"]["wrong"] != 0 or r["in_place"]["wrong"] not in (0, None)]
+    assert not wrong, wrong
+    skipped = {r["case"] for r in results if r["in_place"]["skipped"]}
+    assert skipped <= {c.name for c in cases if c.schedule.collective.kind is Kind.ALLTOALL}
+    assert all(r["out_of_place"]["time_us"] > 0 for r in results)
+
+
+def test_every_collective_and_classic_strategy_on_4_gloo_ranks(tmp_path):
+    cases = four_rank_cases(tmp_path)
+    assert len({c.name.split("/")[0] for c in cases}) == 9  # every classic strategy
+    assert len({c.schedule.collective.kind for c in cases}) == 8  # every collective
+    check(batch.launch(cases, 4, tmp_path, "gloo"), cases)
+
+
+def test_a_few_strategies_on_8_gloo_ranks(tmp_path):
+    cases = eight_rank_cases()
+    assert len(cases) == len(EIGHT)
+    check(batch.launch(cases, 8, tmp_path, "gloo"), cases)
+
+
+@needs_mpi
+def test_every_collective_and_classic_strategy_on_4_mpi_ranks(tmp_path):
+    cases = four_rank_cases(tmp_path)
+    check(batch.launch(cases, 4, tmp_path, "mpi"), cases)
+
+
+@pytest.mark.slow
+@needs_mpi
+def test_a_few_strategies_on_8_mpi_ranks(tmp_path):
+    cases = eight_rank_cases()
+    check(batch.launch(cases, 8, tmp_path, "mpi"), cases)

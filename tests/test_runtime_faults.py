@@ -1,0 +1,198 @@
+"""Faults under ``ccweave run``: a rank killed mid-run is named by every survivor within
+seconds, Ctrl-C and a killed launcher leave no process behind, a world size that does
+not fit or a schedule that fails verification is refused before any communication."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import replace
+
+import pytest
+
+pytest.importorskip("torch")
+
+from ccweave import schedule as schedule_io
+from ccweave.cli import main
+from ccweave.collectives import Kind
+from ccweave.runtime.batch import classic_schedules
+from ccweave.topology.io import load
+
+needs_mpi = pytest.mark.skipif(
+    shutil.which("mpirun") is None or importlib.util.find_spec("mpi4py") is None,
+    reason="needs mpirun and mpi4py")
+BOUND_S = 20.0
+"""Survivors must report within this many seconds of the kill (they take about 2)."""
+
+
+class Job:
+    """``ccweave run`` in the background, its ranks found through a marker in their env."""
+
+    def __init__(self, backend: str, *extra: str) -> None:
+        self.mark = uuid.uuid4().hex
+        env = dict(os.environ, CCWEAVE_TEST_MARK=self.mark)
+        command = [sys.executable, "-m", "ccweave.cli", "run", "switch:4", "allreduce",
+                   "--sizes", "4MB", "--iters", "1000000", "--warmup", "0", "--modes", "out",
+                   "--no-check", "--backend", backend, "--progress", *extra]
+        self.proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self.running = threading.Event()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stderr:  # type: ignore[union-attr]
+            self.lines.append(line)
+            if "check and time" in line:
+                self.running.set()
+
+    def wait_running(self) -> None:
+        deadline = time.monotonic() + 180
+        while not self.running.wait(0.5):
+            assert self.proc.poll() is None, "".join(self.lines)
+            assert time.monotonic() < deadline, "".join(self.lines)
+        time.sleep(1.0)
+
+    def processes(self) -> dict[int, str | None]:
+        """pid -> rank of every live process carrying this job's marker."""
+        found = {}
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as handle:
+                    pairs = handle.read().split(b"\0")
+                with open(f"/proc/{pid}/stat") as handle:
+                    if handle.read().split(")")[-1].split()[0] == "Z":
+                        continue  # a zombie is already dead
+            except OSError:
+                continue
+            env = dict(p.split(b"=", 1) for p in pairs if b"=" in p)
+            if env.get(b"CCWEAVE_TEST_MARK") == self.mark.encode():
+                rank = env.get(b"OMPI_COMM_WORLD_RANK") or env.get(b"RANK")
+                found[int(pid)] = rank.decode() if rank else None
+        return found
+
+    def rank_pid(self, rank: int) -> int:
+        return next(pid for pid, r in self.processes().items() if r == str(rank))
+
+    def finish(self, timeout: float = 60.0) -> tuple[int, str]:
+        code = self.proc.wait(timeout)
+        time.sleep(0.2)
+        return code, "".join(self.lines)
+
+    def assert_nothing_left(self) -> None:
+        deadline = time.monotonic() + 10
+        while self.processes() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = self.processes()
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        assert not left, f"orphans: {left}"
+
+
+def test_a_killed_gloo_rank_is_named_by_every_survivor():
+    job = Job("gloo", "--timeout", "60")
+    job.wait_running()
+    os.kill(job.rank_pid(2), signal.SIGKILL)
+    killed = time.monotonic()
+    code, err = job.finish()
+    assert code == 2
+    assert time.monotonic() - killed < BOUND_S
+    for rank in (0, 1, 3):
+        prefix = f"ccweave: error: rank {rank}:"
+        lines = [line for line in err.splitlines() if line.startswith(prefix)]
+        assert lines and "rank 2 died" in lines[0], err
+    assert "rank 2 was killed by SIGKILL; rank(s) 0, 1, 3 stopped with the errors above" in err
+    job.assert_nothing_left()
+
+
+@needs_mpi
+def test_a_killed_mpi_rank_is_named_and_the_job_stopped():
+    job = Job("mpi")
+    job.wait_running()
+    os.kill(job.rank_pid(2), signal.SIGKILL)
+    killed = time.monotonic()
+    code, err = job.finish()
+    assert code == 2
+    assert time.monotonic() - killed < BOUND_S
+    assert "ccweave: error: rank 2 died (mpirun's report above)" in err
+    assert "stopped by mpirun (SIGTERM)" in err
+    job.assert_nothing_left()
+
+
+def test_ctrl_c_stops_every_rank():
+    job = Job("gloo")
+    job.wait_running()
+    job.proc.send_signal(signal.SIGINT)
+    code, err = job.finish()
+    assert code == 2 and "interrupted (SIGINT); stopped all 4 ranks" in err
+    job.assert_nothing_left()
+
+
+@pytest.mark.parametrize("backend", ["gloo", pytest.param("mpi", marks=[needs_mpi,
+                                                                          pytest.mark.slow])])
+def test_a_killed_launcher_leaves_no_rank_behind(backend):
+    job = Job(backend)
+    job.wait_running()
+    job.proc.kill()
+    job.finish()
+    job.assert_nothing_left()
+
+
+@pytest.mark.slow
+def test_a_hung_rank_times_out_the_others_and_is_stopped():
+    job = Job("gloo", "--timeout", "3")
+    job.wait_running()
+    os.kill(job.rank_pid(1), signal.SIGSTOP)
+    code, err = job.finish(90)
+    assert code == 2
+    assert "no transfer finished in 3 s" in err
+    assert "rank(s) 1 did not stop" in err
+    job.assert_nothing_left()
+
+
+def test_nproc_that_does_not_fit_is_refused_before_starting(capsys):
+    assert main(["run", "switch:4", "allreduce", "--nproc", "3"]) == 2
+    assert "--nproc 3 != the schedule's 4 ranks" in capsys.readouterr().err
+
+
+def test_world_size_from_the_launcher_that_does_not_fit_is_refused(capsys, monkeypatch):
+    # nothing listens on this port: connecting would hang, so refusing first is fast
+    for key, value in {"RANK": "0", "WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": "9", "TORCHELASTIC_RUN_ID": "x"}.items():
+        monkeypatch.setenv(key, value)
+    started = time.monotonic()
+    assert main(["run", "switch:4", "allreduce"]) == 2
+    assert time.monotonic() - started < 10
+    assert "world size 3 (from torchrun) != the schedule's 4 ranks" in capsys.readouterr().err
+
+
+def test_a_schedule_that_fails_verification_is_refused(tmp_path, capsys):
+    good = classic_schedules(load("switch:4"), [Kind.ALLREDUCE])[0][1]
+    bad = replace(good, transfers=good.transfers[:-1])
+    path = tmp_path / "bad.json"
+    schedule_io.save(bad, path)
+    assert main(["run", "--schedule", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "ccweave: error:" in err and "output slot" in err
+
+
+def test_mpi_backend_outside_mpirun_is_refused_when_joining_torchrun(capsys, monkeypatch):
+    for key, value in {"RANK": "0", "WORLD_SIZE": "4", "MASTER_PORT": "9",
+                       "TORCHELASTIC_RUN_ID": "x"}.items():
+        monkeypatch.setenv(key, value)
+    assert main(["run", "switch:4", "allreduce", "--backend", "mpi"]) == 2
+    assert "--backend mpi needs mpirun" in capsys.readouterr().err
+
+
+def test_unknown_dtype_and_op_are_refused_before_starting(capsys):
+    assert main(["run", "switch:4", "allreduce", "--dtype", "float8"]) == 2
+    assert "dtype 'float8'" in capsys.readouterr().err
+    assert main(["run", "switch:4", "allreduce", "--op", "bxor"]) == 2
+    assert "reduction 'bxor'" in capsys.readouterr().err
