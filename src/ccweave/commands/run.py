@@ -8,6 +8,7 @@ started by torchrun or mpirun it joins that job as one rank.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -61,6 +62,7 @@ def add_parser(subparsers) -> None:
                         help="print a line per measurement to stderr even when it is not a "
                              "terminal")
     parser.add_argument("--verified", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--report", help=argparse.SUPPRESS)  # rank 0 writes rows for the launcher
     _output.add_json_flag(parser)
     parser.set_defaults(run=run)
 
@@ -124,8 +126,9 @@ def _plan(args) -> Plan:
     return Plan.single(schedule)
 
 
-def _worker_argv(args, path: str) -> list[str]:
-    argv = ["run", "--schedule", path, "--verified", "--backend", args.backend,
+def _worker_argv(args, path: str, report: str) -> list[str]:
+    argv = ["run", "--schedule", path, "--verified", "--report", report,
+            "--backend", args.backend,
             "--sizes", args.sizes, "--dtype", args.dtype, "--op", args.op,
             "--iters", str(args.iters), "--warmup", str(args.warmup), "--modes", args.modes,
             "--timeout", str(args.timeout)]
@@ -142,12 +145,13 @@ def _launch(args, plan: Plan, nproc: int) -> int:
     from ccweave.runtime.launch import launch_local, launch_mpi
 
     with tempfile.TemporaryDirectory(prefix="ccweave-run-") as folder:
-        path = os.path.join(folder, "plan.json")
+        path, report = os.path.join(folder, "plan.json"), os.path.join(folder, "report.json")
         plan_io.save(plan, path)
-        argv = _worker_argv(args, path)
-        if args.backend == "mpi":
-            return launch_mpi(argv, nproc)
-        return launch_local(argv, nproc)
+        argv = _worker_argv(args, path, report)
+        code = (launch_mpi if args.backend == "mpi" else launch_local)(argv, nproc)
+        if os.path.exists(report):
+            _print(args, json.loads(Path(report).read_text()))
+        return code
 
 
 def _work(args, job, plan: Plan, sizes: list[int], options) -> int:
@@ -167,43 +171,53 @@ def _work(args, job, plan: Plan, sizes: list[int], options) -> int:
         fail_fast(error)
     disconnect(transport)
     if job.rank == 0:
-        _print(args, plan, transport.name, job.world_size, rows)
+        coll = plan.collective
+        report = {"plan": plan.name, "collective": coll.kind.value,
+                  "describe": coll.describe(), "ranks": job.world_size,
+                  "backend": transport.name, "iters": args.iters,
+                  "rows": [row.to_dict() for row in rows]}
+        if args.report:
+            Path(args.report).write_text(json.dumps(report))
+        else:
+            _print(args, report)
     wrong = sum((mode.wrong or 0) for row in rows for mode in (row.out_of_place, row.in_place))
     if not wrong:
         return 0
     return WRONG_EXIT if job.launcher == "ccweave" else 1
 
 
-def _print(args, plan: Plan, backend: str, ranks: int, rows) -> None:
-    modes = [mode for row in rows for mode in (row.out_of_place, row.in_place)
-             if mode.busbw_GBps is not None]
-    avg = sum(m.busbw_GBps for m in modes) / len(modes) if modes else 0.0
-    coll = plan.collective
+def _print(args, report: dict) -> None:
+    """nccl-tests rows (table or ``--json``) from a worker's report."""
+    rows = report["rows"]
+    modes = [mode for row in rows for mode in (row["out_of_place"], row["in_place"])
+             if mode["busbw_GBps"] is not None]
+    avg = sum(m["busbw_GBps"] for m in modes) / len(modes) if modes else 0.0
+    total = sum(m["wrong"] or 0 for m in modes)
     if args.json:
-        _output.print_json({"plan": plan.name, "collective": coll.kind.value, "ranks": ranks,
-                            "backend": backend, "iters": args.iters,
-                            "rows": [row.to_dict() for row in rows], "avg_busbw_GBps": avg})
+        _output.print_json({key: value for key, value in report.items() if key != "describe"}
+                           | {"avg_busbw_GBps": avg, "wrong": total})
         return
     cells = []
     skipped: dict[str, str] = {}
     for row in rows:
-        line: list[object] = [format_size(row.size_bytes), row.count, row.type, row.redop,
-                              row.root]
-        for name, mode in (("out-of-place", row.out_of_place), ("in-place", row.in_place)):
-            if mode.skipped is not None:
-                skipped.setdefault(name, mode.skipped)
+        line: list[object] = [format_size(row["size_bytes"]), row["count"], row["type"],
+                              row["redop"], row["root"]]
+        for name in ("out_of_place", "in_place"):
+            mode = row[name]
+            if mode["skipped"] is not None:
+                skipped.setdefault(name.replace("_", "-"), mode["skipped"])
                 line += ["n/a"] * 4
             else:
-                line += [mode.time_us, mode.algbw_GBps, mode.busbw_GBps,
-                         "-" if mode.wrong is None else mode.wrong]
+                line += [mode["time_us"], mode["algbw_GBps"], mode["busbw_GBps"],
+                         "-" if mode["wrong"] is None else mode["wrong"]]
         cells.append(line)
     _output.print_table(
-        f"{plan.name or 'plan'}: {coll.describe()} over {backend}, {args.iters} iters "
-        "(out-of-place | in-place)",
+        f"{report['plan'] or 'plan'}: {report['describe']} over {report['backend']}, "
+        f"{report['iters']} iters (out-of-place | in-place)",
         ["size", "count", "type", "redop", "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
          "#wrong", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"], cells)
     for name, reason in skipped.items():
-        _output.console.print(f"[dim]{name}: {reason}[/]")
+        if reason != "not requested":
+            _output.console.print(f"[dim]{name}: {reason}[/]")
     _output.console.print(f"# Avg bus bandwidth    : {avg:.3f} GB/s")
-    total = sum(m.wrong or 0 for row in rows for m in (row.out_of_place, row.in_place))
     _output.console.print(f"# Wrong elements       : {total}" + ("" if total else " (OK)"))

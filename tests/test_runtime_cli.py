@@ -1,0 +1,48 @@
+"""``ccweave run`` end to end: nccl-tests rows as JSON over gloo and as a table over MPI."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+
+def ccweave(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ccweave.cli", *args], capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_run_prints_nccl_tests_rows_as_json():
+    result = ccweave("run", "switch:4", "allreduce", "--sizes", "1KB,64KB", "--iters", "2",
+                     "--warmup", "1", "--dtype", "bfloat16", "--op", "max", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["collective"], report["ranks"], report["backend"]) == ("allreduce", 4, "gloo")
+    rows = report["rows"]
+    assert [row["size_bytes"] for row in rows] == [1024, 65536]
+    assert [row["count"] for row in rows] == [512, 32768]
+    for row in rows:
+        assert (row["type"], row["redop"], row["root"]) == ("bfloat16", "max", -1)
+        for mode in (row["out_of_place"], row["in_place"]):
+            assert mode["wrong"] == 0 and mode["time_us"] > 0
+            assert mode["busbw_GBps"] == pytest.approx(mode["algbw_GBps"] * 1.5)
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None
+                    or importlib.util.find_spec("mpi4py") is None, reason="needs mpirun")
+def test_run_under_mpirun_prints_a_table():
+    result = ccweave("run", "switch:4", "reducescatter", "--strategy", "direct", "--backend",
+                     "mpi", "--sizes", "4KB", "--iters", "2", "--dtype", "int64")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for column in ("size", "count", "type", "redop", "root", "time(us)", "algbw(GB/s)",
+                   "busbw(GB/s)", "#wrong"):
+        assert column in out
+    assert "4KB" in out and "int64" in out and "sum" in out
+    assert "# Wrong elements       : 0 (OK)" in out
