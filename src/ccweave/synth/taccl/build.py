@@ -47,7 +47,7 @@ KINDS = frozenset({Kind.ALLGATHER, Kind.ALLTOALL, Kind.REDUCESCATTER, Kind.ALLRE
 DEFAULT_SIZE = 64 * 2**20
 """The size a schedule is synthesized for when none is given (nccl-tests' ``size``)."""
 DEFAULT_TIME_LIMIT_S = 120.0
-"""Solver time for the whole synthesis when none is given."""
+"""Wall-clock budget of one synthesis when none is given."""
 ROUTING_SHARE = 0.6
 """Part of the time limit the routing stage may use; contiguity gets the rest."""
 MIN_STAGE_TIME_S = 0.5
@@ -77,8 +77,9 @@ class TacclOptions:
     ----------
     sketch: a sketch file (or a :class:`Sketch`); ``None``: read one off the topology.
     size: bytes of the collective's size buffer to synthesize for (``64MB`` accepted).
-    time_limit: seconds of solver time in all; at the limit each stage returns its best
-        schedule so far with its MIP gap.
+    time_limit: wall-clock seconds for the whole synthesis. Each candidate gets a share
+        and each solver stage a part of that; a stage at its limit returns its best
+        solution so far with its MIP gap; candidates that would not finish are skipped.
     contiguity_time_limit: at most this many of them for each contiguity solve.
     mip_gap: relative gap at which a MILP counts as solved.
     max_paths, max_trees: candidates per (chunk, destination) and trees per root.

@@ -21,8 +21,8 @@ def add_flags(parser) -> None:
     parser.add_argument("--size", metavar="SIZE",
                         help="size to synthesize for (taccl), e.g. 64MB (default 64MB)")
     parser.add_argument("--time-limit", type=float, metavar="SECONDS",
-                        help="solver time in all (taccl, default 120); at the limit the best "
-                             "schedule found so far is returned with its MIP gap")
+                        help="time budget in seconds (taccl, default 120); a solver stage at "
+                             "its limit returns the best schedule so far with its MIP gap")
 
 
 def flag_options(args) -> dict[str, object]:

@@ -97,12 +97,13 @@ def unfuse_fan_in(schedule: Schedule) -> Schedule:
             fan_in[(t.dst, t.dst_buffer, t.dst_index + m)] > 1 for m in range(t.count))
         if not shared:
             new[index] = builder.add(t.src, t.dst, t.src_buffer, t.src_index, t.dst_buffer,
-                                     t.dst_index, t.count, t.op, t.channel, after=order)
+                                     t.dst_index, t.count, t.op, t.channel, after=order,
+                                     via=t.via)
             continue
         landing = scratch[t.dst]
         scratch[t.dst] += t.count
         new[index] = builder.add(t.src, t.dst, t.src_buffer, t.src_index, Buffer.SCRATCH,
-                                 landing, t.count, Op.COPY, t.channel, after=order)
+                                 landing, t.count, Op.COPY, t.channel, after=order, via=t.via)
         builder.add(t.dst, t.dst, Buffer.SCRATCH, landing, t.dst_buffer, t.dst_index, t.count,
                     Op.REDUCE, t.channel)
     return builder.build(schedule.name, **schedule.metadata)
