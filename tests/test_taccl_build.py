@@ -178,3 +178,33 @@ def test_cli_bad_sketch_is_one_line(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bad.json: internode.senders names local rank 12" in err
+
+
+def test_one_rank_is_a_local_copy():
+    from ccweave.topology.model import Topology
+
+    alone = Topology("one", 1, ())
+    for kind in KINDS:
+        schedule = synthesize(alone, kind, "taccl", size=2**20)
+        verify(schedule, alone)
+        assert len(schedule.transfers) == 1
+
+
+def test_custom_topology_file_with_a_one_node_sketch(tmp_path, capsys):
+    """What TACCL's public code crashes on: a custom machine, a sketch without nodes."""
+    import json
+
+    links = [{"src": r, "dst": "sw0", "bw_GBps": 25, "alpha_us": 0.7, "duplex": True}
+             for r in range(4)]
+    links.append({"src": 0, "dst": 1, "bw_GBps": 50, "alpha_us": 0.3, "duplex": True})
+    topo = tmp_path / "quad.json"
+    topo.write_text(json.dumps({"name": "quad", "ranks": 4, "fabric": {"sw0": "switch"},
+                                "links": links}))
+    sketch = tmp_path / "sk.json"
+    sketch.write_text(json.dumps({"intranode": {"strategy": "routes"}, "input_chunkup": 2}))
+    for kind in ("allgather", "alltoall", "allreduce"):
+        out = tmp_path / f"{kind}.json"
+        assert main(["synth", str(topo), kind, "--strategy", "taccl", "--sketch", str(sketch),
+                     "--size", "4MB", "--time-limit", "10", "-o", str(out)]) == 0
+        assert load(out).collective.kind is Kind.parse(kind)
+    assert "verified" in capsys.readouterr().out

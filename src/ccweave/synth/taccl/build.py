@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from ccweave.collectives import Collective, Kind
+from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import CCWeaveError, InputError, NotApplicableError
-from ccweave.schedule import Schedule
+from ccweave.schedule import Schedule, ScheduleBuilder
 from ccweave.synth.layout import chunks_for
 from ccweave.synth.registry import register, strategies_for, synthesize
 from ccweave.synth.taccl import logical as logical_mod
@@ -296,6 +296,8 @@ def synthesize_taccl(topology: Topology, kind: Kind, chunks: int | None,
     the fastest is returned; its metadata lists them all."""
     from ccweave.simulate import simulate
 
+    if topology.num_ranks == 1:
+        return _alone(kind, chunks_for(chunks))
     tried = candidates(topology, kind, chunks, options)
     clock = _Clock(options.time_limit)
     best: tuple[float, Schedule] | None = None
@@ -320,6 +322,13 @@ def synthesize_taccl(topology: Topology, kind: Kind, chunks: int | None,
             best = (seconds, schedule)
     assert best is not None
     return best[1].with_name(best[1].name, candidates=results)
+
+
+def _alone(kind: Kind, chunks: int) -> Schedule:
+    """One rank: its input is its output, one local copy."""
+    builder = ScheduleBuilder(Collective(kind, 1, chunks))
+    builder.copy(0, 0, (Buffer.INPUT, 0), (Buffer.OUTPUT, 0), count=chunks)
+    return builder.build(f"taccl({kind.value}, one rank, chunks={chunks})")
 
 
 def _one(topology: Topology, kind: Kind, sketch: Sketch, chunks: int,
