@@ -283,3 +283,15 @@ def test_singletons_keep_stage_two():
     *_, ordering, _ = stages(toy, toy_sketch(), Kind.ALLGATHER, 2**20)
     alone = singletons(ordering)
     assert alone.merges == 0 and len(alone.groups) == len(ordering.sends)
+
+
+def test_routing_out_of_time_keeps_a_schedule_and_says_so():
+    ndv2 = zoo.get("ndv2:4")
+    s = sketch.from_dict({"symmetry_offsets": [[8, 32]]}, "x.json")
+    lg = logical.apply(ndv2, s)
+    demand = Demand(Collective(Kind.ALLGATHER, 32, 4), lg.symmetry)
+    routing = route(lg, demand, 2**13, settings=SolverSettings(time_limit_s=0.01))
+    assert routing.status in ("time limit", "optimal")
+    if routing.status == "time limit":
+        assert "not proven optimal" in routing.note and "MIP gap" in routing.note
+    assert all(len(hops) == 31 for hops in routing.hops)  # still a tree to everyone

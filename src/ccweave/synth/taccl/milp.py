@@ -138,9 +138,11 @@ class Model:
     def solve(self, settings: SolverSettings, warm_start: np.ndarray | None = None,
               progress: Callable[[Progress], None] | None = None,
               stage: str = "") -> MilpResult:
-        """Solve; return the optimum or, at the time limit, the best solution found.
+        """Solve; return the optimum or, at the time limit, the best solution found (the
+        warm start, if HiGHS found none better, with an unknown gap).
 
-        Raises ``SolverError`` when the model is infeasible or no solution was found.
+        Raises ``SolverError`` when the model is infeasible, or when no solution was
+        found and there is no warm start.
         """
         import highspy
 
@@ -181,6 +183,10 @@ class Model:
             gap = float(info.mip_gap) if len(integers) else INF
         elif status == highspy.HighsModelStatus.kInfeasible:
             raise SolverError(f"{self.name}: the model is infeasible")
+        elif warm_start is not None:  # out of time before HiGHS took any solution: ours
+            values = np.asarray(warm_start, dtype=float)
+            objective = float(values @ np.array(self._cost))
+            return MilpResult("time limit", values, objective, -INF, INF, seconds)
         else:
             raise SolverError(f"{self.name}: HiGHS stopped ({highs.modelStatusToString(status)}) "
                               f"after {seconds:.1f} s without a solution; raise the time limit")
