@@ -25,6 +25,9 @@ from ccweave.synth.taccl.logical import LogicalTopology
 Path = tuple[int, ...]
 """Edge indices of the logical topology, in order."""
 
+SPLIT_MIN_RANKS = 4
+"""Nodes with fewer ranks get no split trees (a helper would save one send at most)."""
+
 TREE_DIVERSITY_PENALTY = 1.0
 """Each earlier tree that used an edge adds this multiple of its cost when the next
 candidate tree is grown, steering it onto other edges."""
@@ -168,8 +171,38 @@ class PathFinder:
                     trees.append(tree)
                 for e in tree.edges:
                     uses[e] = uses.get(e, 0) + 1
+            trees += self._split_trees(graph, root)
             self._node_trees[root] = trees
         return self._node_trees[root]
+
+    def _split_trees(self, graph: nx.DiGraph, root: int) -> list[Tree]:
+        """In a node where every rank sends to every other (a switch), trees that share
+        the fan-out with a helper: the root sends to the helper and half the others, the
+        helper to the rest (helpers: the next rank and the one half a node on). A star
+        puts a relay's whole fan-out on its one switch port; these let the routing stage
+        spread it."""
+        node = self.logical.nodes[self.logical.node_of[root]]
+        size = len(node)
+        if size < SPLIT_MIN_RANKS or any(not graph.has_edge(u, v)
+                                         for u in node for v in node if u != v):
+            return []
+        at = node.index(root)
+        trees = []
+        for step in dict.fromkeys((1, size // 2)):
+            helper = node[(at + step) % size]
+            others = [node[(at + k) % size] for k in range(1, size)
+                      if node[(at + k) % size] != helper]
+            half = (len(others) + 1) // 2
+            edges = [graph.edges[root, helper]["id"]]
+            depth = {root: 0.0, helper: graph.edges[root, helper]["cost"]}
+            for v in others[:half]:
+                edges.append(graph.edges[root, v]["id"])
+                depth[v] = graph.edges[root, v]["cost"]
+            for v in others[half:]:
+                edges.append(graph.edges[helper, v]["id"])
+                depth[v] = depth[helper] + graph.edges[helper, v]["cost"]
+            trees.append(Tree(root, tuple(sorted(edges)), depth))
+        return trees
 
     def _grow(self, graph: nx.DiGraph, root: int, uses: dict[int, int]) -> Tree:
         """Dijkstra from ``root`` on costs inflated by earlier use; depths in true costs."""
