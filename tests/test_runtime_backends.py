@@ -70,7 +70,8 @@ def check(results: list[dict], cases: list[batch.Case]) -> None:
     assert all(r["out_of_place"]["time_us"] > 0 for r in results)
 
 
-def test_every_collective_and_classic_strategy_on_4_gloo_ranks(tmp_path):
+def test_every_collective_and_classic_strategy_on_4_gloo_ranks(tmp_path, monkeypatch):
+    monkeypatch.setenv("CCWEAVE_SHM_MIN_BYTES", "1024")  # 1 KB runs over TCP, 40 KB shm
     cases = four_rank_cases(tmp_path)
     assert len({c.name.split("/")[0] for c in cases}) == 9  # every classic strategy
     assert len({c.schedule.collective.kind for c in cases}) == 8  # every collective

@@ -20,6 +20,7 @@ from ccweave.runtime.executor import Executor  # noqa: E402
 from ccweave.runtime.layout import layout_for_bytes  # noqa: E402
 from ccweave.runtime.reduce_ops import RedOp  # noqa: E402
 from ccweave.runtime.transport.local import LocalFabric, run_threads  # noqa: E402
+from ccweave.runtime.transport.shm import ShmTransport  # noqa: E402
 from ccweave.topology.io import load  # noqa: E402
 
 DTYPES = ["float32", "float16", "bfloat16", "int32", "int64"]
@@ -46,6 +47,32 @@ def test_every_classic_schedule_is_correct_in_and_out_of_place(schedule, dtype, 
             assert "cannot run in place" in row.in_place.skipped
         else:
             assert row.in_place.wrong == 0, row
+
+
+def shm_cases():
+    combos = itertools.cycle(itertools.product(DTYPES, OPS))
+    for strategy, schedule in classic_schedules(load("switch:4")):
+        dtype, op = next(combos)
+        yield pytest.param(schedule, dtype, op,
+                           id=f"{strategy}-{schedule.collective.kind.value}-{dtype}-{op}")
+
+
+@pytest.mark.parametrize("schedule,dtype,op", list(shm_cases()))
+def test_every_classic_schedule_through_shared_memory_and_in_pieces(schedule, dtype, op):
+    options = Options(dtype=torch.__dict__[dtype], op=RedOp(op), iters=2, warmup=0,
+                      segment_bytes=512)
+
+    def work(transport):
+        shared = ShmTransport(transport, set(range(4)) - {transport.rank}, min_bytes=256)
+        rows = measure(schedule, shared, [1536, 40960], options)
+        shared.close()
+        return rows, shared.generation
+
+    results = run_threads(4, work)
+    assert any(generation for _, generation in results)  # the outbox carried data
+    for row in results[0][0]:
+        assert row.out_of_place.wrong == 0, row
+        assert row.in_place.wrong in (0, None), row
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

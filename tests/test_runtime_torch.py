@@ -112,7 +112,8 @@ def _drop_in(rank: int, world: int, port: int) -> None:
     dist.destroy_process_group()
 
 
-def test_drop_in_collectives_match_torch_distributed():
+def test_drop_in_collectives_match_torch_distributed(monkeypatch):
+    monkeypatch.setenv("CCWEAVE_SHM_MIN_BYTES", "512")  # the larger messages go through shm
     mp.start_processes(_drop_in, args=(4, _free_port()), nprocs=4, start_method="spawn")
 
 

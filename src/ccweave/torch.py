@@ -26,6 +26,8 @@ from ccweave.plan import Plan
 from ccweave.runtime.executor import Executor
 from ccweave.runtime.inplace import in_place as in_place_variant
 from ccweave.runtime.reduce_ops import RedOp
+from ccweave.runtime.transport.base import Transport
+from ccweave.runtime.transport.shm import with_shared_memory
 from ccweave.runtime.transport.torchdist import TorchTransport
 from ccweave.schedule import Schedule
 from ccweave.verify import verify
@@ -40,7 +42,7 @@ PlanLike = Plan | Schedule | str | Path
 _plans: dict[tuple[Kind, int, int], Plan] = {}
 _defaults: dict[tuple[Kind, int, int], Plan] = {}
 _executors: dict[tuple[int, bool, int], Executor] = {}
-_transports: dict[int, TorchTransport] = {}
+_transports: dict[int, Transport] = {}
 _in_place: dict[int, Schedule | None] = {}
 
 
@@ -82,10 +84,15 @@ def _group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
     return group if group is not None else dist.group.WORLD
 
 
-def _transport(group: dist.ProcessGroup) -> TorchTransport:
+def _transport(group: dist.ProcessGroup) -> Transport:
+    """The group's transport: torch.distributed p2p, with shared memory between ranks on
+    one host over gloo (created on first use; a collective on the group)."""
     key = id(group)
     if key not in _transports:
-        _transports[key] = TorchTransport(None if group is dist.group.WORLD else group)
+        inner = TorchTransport(None if group is dist.group.WORLD else group)
+        if inner.name == "gloo":
+            inner = with_shared_memory(inner, group=group)
+        _transports[key] = inner
     return _transports[key]
 
 

@@ -88,6 +88,8 @@ class Options:
     modes: tuple[bool, ...] = (False, True)
     """Which modes to run: ``False`` out of place, ``True`` in place."""
     timeout: float = 60.0
+    segment_bytes: int | None = None
+    """Send messages larger than this as pieces (see :class:`Executor`)."""
 
 
 class Runner:
@@ -106,7 +108,8 @@ class Runner:
             try:
                 variant = in_place_variant(schedule) if in_place else schedule
                 self._executors[key] = Executor(variant, self.transport,
-                                                timeout=self.options.timeout)
+                                                timeout=self.options.timeout,
+                                                segment_bytes=self.options.segment_bytes)
             except CCWeaveError as error:
                 if not in_place:
                     raise

@@ -16,6 +16,10 @@ from ccweave.runtime.reduce_ops import RedOp
 from ccweave.runtime.transport.base import PeerFailure, Transport
 from ccweave.schedule import Schedule
 
+SEGMENT_BYTES: int | None = None
+"""Default piece size for host-driven transports (None: whole messages). Pieces let a
+reduction overlap the next piece's transfer, but each costs a message; on loopback whole
+messages were as fast or faster (benchmarks/executor.py)."""
 Combine = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
 _Views = list[tuple[torch.Tensor | None, torch.Tensor | None]]
 
@@ -29,10 +33,12 @@ class Executor:
     transport: how bytes move; its world size must equal the schedule's ranks.
     timeout: seconds without any finished transfer before raising ``RuntimeFault``.
     tag_base: added to every transfer index to form message tags.
+    segment_bytes: host-driven transports send larger messages as pieces of this size
+        and reduce each piece as it lands (``None``: whole messages).
     """
 
     def __init__(self, schedule: Schedule, transport: Transport, *, timeout: float = 60.0,
-                 tag_base: int = 0) -> None:
+                 tag_base: int = 0, segment_bytes: int | None = SEGMENT_BYTES) -> None:
         if transport.world_size != schedule.num_ranks:
             raise RuntimeFault(
                 f"world size {transport.world_size} != the schedule's {schedule.num_ranks} "
@@ -42,6 +48,7 @@ class Executor:
         self.transport = transport
         self.timeout = timeout
         self.tag_base = tag_base
+        self.segment_bytes = segment_bytes
         self.program: Program = compile_program(schedule, transport.rank)
         ops = self.program.ops
         self._children: list[list[int]] = [[] for _ in ops]
@@ -54,6 +61,7 @@ class Executor:
         self._pool: dict[tuple, list[torch.Tensor]] = {}
         self._own: dict[tuple, torch.Tensor] = {}
         self._bound: tuple[tuple, _Views] | None = None
+        self._send_bytes = 0
 
     # ------------------------------------------------------------ binding
 
@@ -117,6 +125,9 @@ class Executor:
             return flats[slot.buffer][start:start + slot.count * chunk]
 
         views: _Views = [(view(op.src), view(op.dst)) for op in self.program.ops]
+        self._send_bytes = sum(src.numel() * src.element_size()
+                               for op, (src, _) in zip(self.program.ops, views)
+                               if op.kind is OpKind.SEND and src is not None)
         self._bound = (key, views)
         return views
 
@@ -159,14 +170,33 @@ class Executor:
             dst.copy_(src if not _overlap(src, dst) else src.clone())
 
     def _run_host(self, views: _Views, combine: Combine) -> None:
+        """Host-driven transports. A message larger than ``segment_bytes`` travels as
+        pieces (same tag: both backends match in order), each received piece reduced as
+        it lands. Transports that can hand over received data in place (shared memory)
+        are reduced from directly, without a temporary."""
         ops, children, transport = self.program.ops, self._children, self.transport
         waiting = list(self._ndeps)
         ready = list(self._roots)
-        handles: dict[int, object] = {}
+        pending: dict[tuple[int, int], object] = {}
+        staged: dict[tuple[int, int], torch.Tensor | None] = {}  # temp, or None: zero copy
+        left: dict[int, int] = {}
         temps: dict[int, torch.Tensor] = {}
         finished = 0
         total = len(ops)
         tag = self.tag_base
+        segment = self.segment_bytes
+        receive_data = getattr(transport, "irecv_data", None)
+        begin = getattr(transport, "begin", None)
+        if begin is not None:
+            try:
+                begin(self._send_bytes, self.timeout)
+            except PeerFailure as failure:
+                peer = failure.peer
+                if peer is not None:
+                    transport.report_loss(peer)
+                why = transport.explain_loss(peer) if peer is not None else "a peer failed"
+                raise RuntimeFault(f"rank {transport.rank}: {why}; the last run's messages "
+                                   f"to it were not all read ({failure.detail})") from None
         while finished < total:
             while ready:
                 index = heapq.heappop(ready)
@@ -179,30 +209,55 @@ class Executor:
                         waiting[child] -= 1
                         if not waiting[child]:
                             heapq.heappush(ready, child)
-                elif op.kind is OpKind.SEND:
-                    handles[index] = transport.isend(src, op.peer, tag + op.transfer)
-                elif op.reduce:
-                    temp = temps[index] = self._temp(dst)
-                    handles[index] = transport.irecv(temp, op.peer, tag + op.transfer)
-                else:
-                    handles[index] = transport.irecv(dst, op.peer, tag + op.transfer)
+                    continue
+                buffer = src if op.kind is OpKind.SEND else dst
+                pieces = _pieces(buffer, segment)
+                left[index] = len(pieces)
+                for number, (lo, hi) in enumerate(pieces):
+                    key, peer, label = (index, number), op.peer, tag + op.transfer
+                    if op.kind is OpKind.SEND:
+                        pending[key] = transport.isend(buffer[lo:hi], peer, label)
+                        continue
+                    if not op.reduce:
+                        pending[key] = transport.irecv(buffer[lo:hi], peer, label)
+                        continue
+                    handle = receive_data(buffer[lo:hi], peer, label) if receive_data else None
+                    if handle is not None:
+                        pending[key], staged[key] = handle, None
+                        continue
+                    if index not in temps:
+                        temps[index] = self._temp(dst)
+                    staged[key] = temps[index][lo:hi]
+                    pending[key] = transport.irecv(staged[key], peer, label)
             if finished == total:
                 break
-            order = sorted(handles)
+            order = sorted(pending)
             try:
-                done = transport.wait_some([handles[i] for i in order], self.timeout)
+                done = transport.wait_some([pending[key] for key in order], self.timeout)
             except PeerFailure as failure:
-                raise self._peer_fault(ops[order[failure.position]], failure.detail) from None
+                raise self._peer_fault(ops[order[failure.position][0]],
+                                       failure.detail) from None
             if not done:
-                raise self._stall(order)
+                raise self._stall(sorted({index for index, _ in order}))
             for position in done:
-                index = order[position]
-                del handles[index]
-                temp = temps.pop(index, None)
-                if temp is not None:
+                key = order[position]
+                handle = pending.pop(key)
+                index = key[0]
+                if key in staged:
+                    data = staged.pop(key)
                     base, dst = views[index]
-                    combine(dst, dst if base is None else base, temp)
-                    self._give_back(temp)
+                    lo, hi = _pieces(dst, segment)[key[1]]
+                    base = dst if base is None else base
+                    if data is None:
+                        combine(dst[lo:hi], base[lo:hi], transport.received(handle))
+                        transport.release(handle)
+                    else:
+                        combine(dst[lo:hi], base[lo:hi], data)
+                left[index] -= 1
+                if left[index]:
+                    continue
+                if index in temps:
+                    self._give_back(temps.pop(index))
                 finished += 1
                 for child in children[index]:
                     waiting[child] -= 1
@@ -264,6 +319,18 @@ class Executor:
             f"{', '.join(map(str, peers))} (first: {first.kind.value} of transfer "
             f"{first.transfer} {direction} rank {first.peer}); a peer hung or died, or "
             "messages are slower than the timeout (raise --timeout)")
+
+
+def _pieces(tensor: torch.Tensor, segment_bytes: int | None) -> list[tuple[int, int]]:
+    """Element ranges of at most ``segment_bytes`` each (one range when None or small);
+    a function of the size alone, so sender and receiver cut a message alike."""
+    numel = tensor.numel()
+    if not segment_bytes:
+        return [(0, numel)]
+    per = max(1, segment_bytes // tensor.element_size())
+    if numel <= per:
+        return [(0, numel)]
+    return [(begin, min(begin + per, numel)) for begin in range(0, numel, per)]
 
 
 def _split(tensor: torch.Tensor, chunks: int, name: str) -> int:

@@ -100,7 +100,12 @@ def connect(backend: str, job: JobEnv, timeout: float = 60.0) -> Transport:
         dist.init_process_group(backend, store=dist.PrefixStore("ccweave/pg", store),
                                 rank=job.rank, world_size=job.world_size, timeout=wait,
                                 **options)
-    return TorchTransport(board=FaultBoard(store, job.rank, job.world_size))
+    transport = TorchTransport(board=FaultBoard(store, job.rank, job.world_size))
+    if backend == "gloo":
+        from ccweave.runtime.transport.shm import with_shared_memory
+
+        return with_shared_memory(transport)
+    return transport
 
 
 def _raise_on_sigterm(rank: int) -> None:

@@ -112,9 +112,11 @@ def _spawn(command: Sequence[str], env: dict[str, str], group: int | None,
 
 
 def launch_local(argv: Sequence[str], nproc: int, *, grace: float = GRACE_S,
-                 threads: int | None = None, module: str = "ccweave.cli") -> int:
-    """Run ``python -m MODULE ARGV`` as ``nproc`` ranks of one job on this host
-    (torch.distributed rendezvous on a store the launcher hosts) and supervise them.
+                 threads: int | None = None, module: str = "ccweave.cli",
+                 script: str | None = None) -> int:
+    """Run ``python -m MODULE ARGV`` (or ``python SCRIPT ARGV``) as ``nproc`` ranks of one
+    job on this host (torch.distributed rendezvous on a store the launcher hosts) and
+    supervise them.
 
     Returns 0 when every rank succeeded, 1 when ranks found wrong elements; raises
     ``RuntimeFault`` naming the rank that died, or on Ctrl-C.
@@ -129,7 +131,7 @@ def launch_local(argv: Sequence[str], nproc: int, *, grace: float = GRACE_S,
                  HOSTED_STORE: "1", LAUNCHER_PID: str(os.getpid())})
     if "OMP_NUM_THREADS" not in base:
         base["OMP_NUM_THREADS"] = str(threads or max(1, (os.cpu_count() or 1) // nproc))
-    command = [sys.executable, "-m", module, *argv]
+    command = [sys.executable, *_entry(module, script), *argv]
     procs: list[subprocess.Popen] = []
     with _Signals() as signals:
         try:
@@ -196,18 +198,23 @@ _EXEC_WITH_PARENT = (
 so mpirun and its ranks never outlive ``ccweave run``, even a SIGKILLed one."""
 
 
-def mpirun_command(nproc: int, argv: Sequence[str], module: str = "ccweave.cli") -> list[str]:
+def _entry(module: str, script: str | None) -> list[str]:
+    return [script] if script else ["-m", module]
+
+
+def mpirun_command(nproc: int, argv: Sequence[str], module: str = "ccweave.cli",
+                   script: str | None = None) -> list[str]:
     """``mpirun`` for ``nproc`` local ranks running ``python -m MODULE ARGV``."""
     command = ["mpirun", "-np", str(nproc), "--oversubscribe"]
     if sys.platform.startswith("linux"):
         command = [sys.executable, "-c", _EXEC_WITH_PARENT, str(os.getpid()), *command]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-run-as-root")
-    return [*command, sys.executable, "-m", module, *argv]
+    return [*command, sys.executable, *_entry(module, script), *argv]
 
 
 def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
-               module: str = "ccweave.cli") -> int:
+               module: str = "ccweave.cli", script: str | None = None) -> int:
     """Run ``ARGV`` under ``mpirun -np nproc`` and supervise it like :func:`launch_local`:
     mpirun stops the job when a rank dies; this names that rank from mpirun's report."""
     env = dict(os.environ)
@@ -216,7 +223,7 @@ def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
     if shutil.which("mpirun") is None:
         raise RuntimeFault("mpirun is not on PATH; install Open MPI (Debian: openmpi-bin) "
                            "or use --backend gloo")
-    proc = _spawn(mpirun_command(nproc, argv, module), env, None, stderr=subprocess.PIPE,
+    proc = _spawn(mpirun_command(nproc, argv, module, script), env, None, stderr=subprocess.PIPE,
                   text=True, errors="replace")
     dead: list[str] = []
 

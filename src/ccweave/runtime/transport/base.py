@@ -10,12 +10,14 @@ import torch
 
 
 class PeerFailure(Exception):
-    """A posted send or receive failed; ``position`` indexes the handles waited on."""
+    """A posted send or receive failed; ``position`` indexes the handles waited on
+    (``peer`` names the rank when the transport knows it better)."""
 
-    def __init__(self, position: int, detail: str) -> None:
+    def __init__(self, position: int, detail: str, peer: int | None = None) -> None:
         super().__init__(detail)
         self.position = position
         self.detail = detail
+        self.peer = peer
 
 
 class Transport(abc.ABC):
