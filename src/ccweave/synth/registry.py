@@ -28,6 +28,7 @@ STRATEGY_MODULES = (
     "ccweave.synth.hierarchical",
     "ccweave.synth.pipelined",
     "ccweave.multipath.p2p",
+    "ccweave.synth.taccl",
 )
 
 
