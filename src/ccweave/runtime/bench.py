@@ -160,6 +160,8 @@ class Runner:
             executor.run(data, None if in_place else out, opts.op)
         _synchronize(transport.device)
         elapsed = (time.perf_counter() - start) / max(1, opts.iters)
+        executor.release()  # views, temporaries and scratch go with this size's buffers
+        del data, out
         total_time, total_wrong = transport.sum_values([elapsed, float(wrong)])
         seconds = total_time / transport.world_size
         size = layout.size_bytes(opts.dtype.itemsize)

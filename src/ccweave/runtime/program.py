@@ -89,9 +89,6 @@ class Program:
                     end = max(end, slot.index + slot.count)
         return end
 
-    def counts(self) -> dict[str, int]:
-        return {kind.value: sum(op.kind is kind for op in self.ops) for kind in OpKind}
-
 
 def priority_order(transfers: Sequence[Transfer]) -> list[int]:
     """A topological order taking the lowest ready index first: list order when that is

@@ -49,12 +49,12 @@ class Transport(abc.ABC):
         """Positions of handles that finished (at least one), or ``[]`` after ``timeout``
         seconds without any; ``handles`` come oldest first. Raises :class:`PeerFailure`."""
 
+    # Optional, for transports that can hand over received data without a copy (shm):
+    # ``irecv_data(like, peer, tag) -> handle | None``, ``received(handle) -> Tensor``,
+    # ``release(handle)``; and ``begin(send_bytes, timeout)`` before each run.
+
     def order_after(self, handle: object) -> None:
         """Stream-ordered transports: make later device work wait for ``handle``."""
-        raise NotImplementedError
-
-    def wait_all(self, handles: Sequence[object], timeout: float) -> None:
-        """Stream-ordered transports: block the host until every handle finished."""
         raise NotImplementedError
 
     @abc.abstractmethod
