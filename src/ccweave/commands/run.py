@@ -183,7 +183,7 @@ def _work(args, job, plan: Plan, sizes: list[int], options) -> int:
     wrong = sum((mode.wrong or 0) for row in rows for mode in (row.out_of_place, row.in_place))
     if not wrong:
         return 0
-    return WRONG_EXIT if job.launcher == "ccweave" else 1
+    return WRONG_EXIT if args.report else 1  # launched by `ccweave run` (local or mpirun)
 
 
 def _print(args, report: dict) -> None:
