@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import FrozenInstanceError, replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import InputError
 from ccweave.schedule import (
     Op,
     ScheduleBuilder,
+    Transfer,
     from_dict,
     load,
     save,
@@ -106,3 +109,89 @@ def test_pinned_routes_survive_json():
     b.add(0, 1, I, 2, O, 2, 2, via=("cpu0",))
     back = from_dict(json.loads(json.dumps(to_dict(b.build("x")))))
     assert [t.via for t in back.transfers] == [None, ("cpu0",)]
+
+
+# ------------------------------------------------- builder vs the rule spelled per slot
+
+
+class _Reference:
+    """The builder's dependency rule spelled out per slot with dicts: the last writer of
+    every slot read or written, and the readers since of every slot overwritten."""
+
+    def __init__(self, collective: Collective, in_place: bool) -> None:
+        self.collective, self.in_place = collective, in_place
+        self.writer: dict[tuple, int] = {}
+        self.readers: dict[tuple, list[int]] = {}
+        self.deps: list[tuple[int, ...]] = []
+        self.scratch = 0
+
+    def key(self, rank: int, buffer: Buffer, index: int) -> tuple:
+        if self.in_place:
+            buffer, index = self.collective.in_place_alias(rank, buffer, index)
+        return rank, buffer, index
+
+    def add(self, src, dst, sbuf, sidx, dbuf, didx, count, after) -> None:
+        index = len(self.deps)
+        reads = [self.key(src, sbuf, sidx + k) for k in range(count)]
+        writes = [self.key(dst, dbuf, didx + k) for k in range(count)]
+        deps = set(after) | {self.writer[k] for k in reads + writes if k in self.writer}
+        for key in writes:
+            deps.update(self.readers.get(key, []))
+        deps.discard(index)
+        self.deps.append(tuple(sorted(deps)))
+        for key in reads:
+            self.readers.setdefault(key, []).append(index)
+        for key in writes:
+            self.writer[key], self.readers[key] = index, []
+        for buffer, at in ((sbuf, sidx), (dbuf, didx)):
+            if buffer is S:
+                self.scratch = max(self.scratch, at + count)
+
+
+@st.composite
+def _operations(draw):
+    kind = draw(st.sampled_from([Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE,
+                                 Kind.ALLTOALL, Kind.BROADCAST, Kind.GATHER]))
+    n, c = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    collective = Collective(kind, n, c)
+    size = n * c + 2  # a little past the buffers, as a wrong schedule may go
+    ops = []
+    for number in range(draw(st.integers(1, 40))):
+        sbuf, dbuf = draw(st.sampled_from([I, O, S])), draw(st.sampled_from([I, O, S]))
+        count = draw(st.integers(0, 4))
+        after = draw(st.lists(st.integers(0, number), max_size=2)) if number else []
+        ops.append((draw(st.integers(0, n - 1)), draw(st.integers(0, n - 1)), sbuf,
+                    draw(st.integers(0, size)), dbuf, draw(st.integers(0, size)), count,
+                    after))
+    return collective, draw(st.booleans()), ops
+
+
+@settings(max_examples=300, deadline=None)
+@given(_operations())
+def test_builder_deps_match_the_per_slot_rule(case):
+    collective, in_place, ops = case
+    builder, reference = ScheduleBuilder(collective, in_place), _Reference(collective, in_place)
+    for op in ops:
+        builder.add(*op[:7], after=op[7])
+        reference.add(*op)
+    assert [t.deps for t in builder.transfers] == reference.deps
+    assert builder.scratch_chunks == reference.scratch
+    for (rank, buffer, index), writer in reference.writer.items():  # aliasing is idempotent
+        assert builder.last_writer(rank, buffer, index) == writer
+
+
+def test_builder_transfers_are_plain_transfers():
+    b = ScheduleBuilder(Collective(Kind.ALLGATHER, 2))
+    made = b.transfers[b.add(0, 1, I, 0, O, 0, 2, Op.REDUCE, 3, (), ("sw",))]
+    assert type(made) is Transfer
+    assert made == Transfer(0, 1, I, 0, O, 0, 2, Op.REDUCE, (), 3, ("sw",))
+    assert hash(made) == hash(Transfer(0, 1, I, 0, O, 0, 2, Op.REDUCE, (), 3, ("sw",)))
+    with pytest.raises(FrozenInstanceError):
+        made.src = 1  # type: ignore[misc]
+
+
+def test_builder_refuses_negative_slots():
+    b = ScheduleBuilder(Collective(Kind.ALLGATHER, 2))
+    with pytest.raises(InputError, match="slot indices must be >= 0"):
+        b.add(0, 1, I, -1, O, 0)
+    assert b.last_writer(0, O, -1) is None and b.last_writer(0, O, 10**9) is None

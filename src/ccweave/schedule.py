@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -160,66 +160,70 @@ class ScheduleBuilder:
     ``add`` makes a transfer depend on the last writer of every slot it reads or writes
     and on every reader of a slot it overwrites, so strategies state only what moves
     where; the verifier checks the result independently.
+
+    Builders make millions of transfers at scale, so the bookkeeping is compact: per
+    ``(rank, buffer)`` a list of last writers and a list of readers since (``None``, one
+    index, or a list of them), indexed by slot and sliced for multi-chunk transfers.
     """
 
     def __init__(self, collective: Collective, in_place: bool = False) -> None:
         self.collective = collective
         self.in_place = in_place
         self.transfers: list[Transfer] = []
-        self._writer: dict[tuple[int, Buffer, int], int] = {}
-        self._readers: dict[tuple[int, Buffer, int], list[int]] = {}
         self.scratch_chunks = 0
-
-    def _key(self, rank: int, buffer: Buffer, index: int) -> tuple[int, Buffer, int]:
-        if self.in_place:
-            buffer, index = self.collective.in_place_alias(rank, buffer, index)
-        return rank, buffer, index
+        self._tables: dict[int, tuple[list, list]] = {}
+        """``rank * 3 + buffer code`` -> (last writer per slot, readers per slot)."""
+        self._ints: list[int] = []
+        """One int object per slot index, shared by every transfer that names it."""
 
     def add(self, src: int, dst: int, src_buffer: Buffer, src_index: int,
             dst_buffer: Buffer, dst_index: int, count: int = 1, op: Op = Op.COPY,
             channel: int = 0, after: Iterable[int] = (),
             via: tuple[str, ...] | None = None) -> int:
         """Append a transfer and return its index; ``after`` adds explicit deps."""
-        writer, readers = self._writer, self._readers
         index = len(self.transfers)
-        deps = set(after)
-        reads = self._keys(src, src_buffer, src_index, count)
-        writes = self._keys(dst, dst_buffer, dst_index, count)
-        for key in reads:
-            last = writer.get(key)
-            if last is not None:
-                deps.add(last)
-        for key in writes:
-            last = writer.get(key)
-            if last is not None:
-                deps.add(last)
-            waiting = readers.get(key)
-            if waiting:
-                deps.update(waiting)
-        deps.discard(index)
-        self.transfers.append(Transfer(src, dst, src_buffer, src_index, dst_buffer, dst_index,
-                                       count, op, tuple(sorted(deps)), channel,
-                                       None if via is None else tuple(via)))
-        for key in reads:
-            waiting = readers.get(key)
-            if waiting is None:
-                readers[key] = [index]
-            else:
-                waiting.append(index)
-        for key in writes:
-            writer[key] = index
-            readers[key] = []
+        if src_index < 0 or dst_index < 0:
+            raise InputError(f"transfer {index} ({src} -> {dst}): slot indices must be >= 0, "
+                             f"got {src_index} and {dst_index}")
+        slots = count if count > 0 else 0
+        reads, read_at = self._table(src, src_buffer, src_index, slots)
+        writes, write_at = self._table(dst, dst_buffer, dst_index, slots)
+        if slots == 1:
+            deps = _one_slot(reads, read_at, writes, write_at, after, index)
+        else:
+            deps = _deps(reads, read_at, writes, write_at, slots, after, index)
+            _read(reads[1], read_at, slots, index)
+            _written(writes, write_at, slots, index)
+        ints = self._ints
+        top = src_index if src_index > dst_index else dst_index
+        if top >= len(ints):
+            ints.extend(range(len(ints), top + 1))
+        self.transfers.append(_transfer(src, dst, src_buffer, ints[src_index], dst_buffer,
+                                        ints[dst_index], count, op, deps, channel,
+                                        None if via is None else tuple(via)))
         if dst_buffer is Buffer.SCRATCH and dst_index + count > self.scratch_chunks:
             self.scratch_chunks = dst_index + count
         if src_buffer is Buffer.SCRATCH and src_index + count > self.scratch_chunks:
             self.scratch_chunks = src_index + count
         return index
 
-    def _keys(self, rank: int, buffer: Buffer, start: int,
-              count: int) -> list[tuple[int, Buffer, int]]:
-        if self.in_place:
-            return [self._key(rank, buffer, start + k) for k in range(count)]
-        return [(rank, buffer, start + k) for k in range(count)]
+    def _table(self, rank: int, buffer: Buffer, index: int,
+               count: int) -> tuple[tuple[list, list], int]:
+        """The (writers, readers) lists holding ``count`` slots from ``index`` (grown to
+        hold them), and the first slot's place in them."""
+        if self.in_place:  # an alias shifts a whole buffer, so runs of slots stay runs
+            buffer, index = self.collective.in_place_alias(rank, buffer, index)
+        code = (0 if buffer is Buffer.INPUT else 1 if buffer is Buffer.OUTPUT
+                else 2 if buffer is Buffer.SCRATCH else _code(buffer))
+        table = self._tables.get(rank * 3 + code)
+        if table is None:
+            size = 0 if code == 2 else self.collective.buffer_chunks(_BUFFERS[code])
+            table = self._tables[rank * 3 + code] = ([None] * size, [None] * size)
+        short = index + count - len(table[0])
+        if short > 0:
+            table[0].extend([None] * short)
+            table[1].extend([None] * short)
+        return table, index
 
     def copy(self, src: int, dst: int, src_slot: tuple[Buffer, int],
              dst_slot: tuple[Buffer, int], count: int = 1, channel: int = 0,
@@ -234,11 +238,116 @@ class ScheduleBuilder:
                         channel=channel, after=after)
 
     def last_writer(self, rank: int, buffer: Buffer, index: int) -> int | None:
-        return self._writer.get(self._key(rank, buffer, index))
+        if self.in_place:
+            buffer, index = self.collective.in_place_alias(rank, buffer, index)
+        writers = self._tables.get(rank * 3 + _code(buffer), ((),))[0]
+        return writers[index] if 0 <= index < len(writers) else None
 
     def build(self, name: str, **metadata: object) -> Schedule:
         return Schedule(self.collective, tuple(self.transfers), self.scratch_chunks,
                         self.in_place, name, dict(metadata))
+
+
+_BUFFERS = (Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH)
+
+
+def _code(buffer: Buffer) -> int:
+    """0, 1, 2 for input, output, scratch (also when spelled as a plain string)."""
+    return _BUFFERS.index(Buffer(buffer))
+
+
+def _one_slot(reads: tuple[list, list], read_at: int, writes: tuple[list, list],
+              write_at: int, after: Iterable[int], index: int) -> tuple[int, ...]:
+    """:func:`_deps`, :func:`_read` and :func:`_written` for a one-slot transfer, in one
+    call: most transfers move one chunk."""
+    deps = set(after)
+    deps.add(reads[0][read_at])
+    writers, readers = writes
+    deps.add(writers[write_at])
+    waiting = readers[write_at]
+    if waiting is not None:
+        if waiting.__class__ is list:
+            deps.update(waiting)
+        else:
+            deps.add(waiting)
+    deps.discard(None)
+    deps.discard(index)
+    waiting = reads[1][read_at]
+    if waiting is None:
+        reads[1][read_at] = index
+    elif waiting.__class__ is list:
+        waiting.append(index)
+    else:
+        reads[1][read_at] = [waiting, index]
+    writers[write_at] = index
+    readers[write_at] = None
+    return tuple(sorted(deps)) if deps else ()
+
+
+def _deps(reads: tuple[list, list], read_at: int, writes: tuple[list, list], write_at: int,
+          count: int, after: Iterable[int], index: int) -> tuple[int, ...]:
+    """Sorted deps: ``after``, the last writers of the slots read or written, and the
+    readers of the slots written since their last write."""
+    deps = set(after)
+    deps.update(reads[0][read_at:read_at + count])
+    deps.update(writes[0][write_at:write_at + count])
+    for waiting in writes[1][write_at:write_at + count]:
+        if waiting is not None:
+            if waiting.__class__ is list:
+                deps.update(waiting)
+            else:
+                deps.add(waiting)
+    deps.discard(None)
+    deps.discard(index)
+    return tuple(sorted(deps)) if deps else ()
+
+
+def _read(readers: list, at: int, count: int, index: int) -> None:
+    """Record ``index`` as a reader of ``count`` slots from ``at``."""
+    if count > 1 and readers[at:at + count].count(None) == count:  # none read yet
+        readers[at:at + count] = [index] * count
+        return
+    for slot in range(at, at + count):
+        waiting = readers[slot]
+        if waiting is None:
+            readers[slot] = index
+        elif waiting.__class__ is list:
+            waiting.append(index)
+        else:
+            readers[slot] = [waiting, index]
+
+
+def _written(table: tuple[list, list], at: int, count: int, index: int) -> None:
+    """``index`` is the last writer of ``count`` slots from ``at``, read by none yet."""
+    table[0][at:at + count] = [index] * count
+    table[1][at:at + count] = [None] * count
+
+
+class _NewTransfer:
+    """Makes a :class:`Transfer` 4x faster than its frozen ``__init__`` (which sets each
+    field through ``object.__setattr__``): same slots, plain stores, then the object
+    becomes a Transfer. Builders make millions of them."""
+
+    __slots__ = Transfer.__slots__
+
+    def __init__(self, src: int, dst: int, src_buffer: Buffer, src_index: int,
+                 dst_buffer: Buffer, dst_index: int, count: int, op: Op,
+                 deps: tuple[int, ...], channel: int, via: tuple[str, ...] | None) -> None:
+        self.src = src
+        self.dst = dst
+        self.src_buffer = src_buffer
+        self.src_index = src_index
+        self.dst_buffer = dst_buffer
+        self.dst_index = dst_index
+        self.count = count
+        self.op = op
+        self.deps = deps
+        self.channel = channel
+        self.via = via
+        self.__class__ = Transfer  # type: ignore[assignment]
+
+
+_transfer: Callable[..., Transfer] = _NewTransfer  # type: ignore[assignment]
 
 
 # ------------------------------------------------------------------ JSON

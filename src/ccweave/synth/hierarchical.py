@@ -27,7 +27,6 @@ from ccweave.synth.ring import (
     Lane,
     Slot,
     channel_lanes,
-    initial_holders,
     split_time,
 )
 from ccweave.synth.rings import Ring, find_rings
@@ -231,7 +230,7 @@ def build_hierarchical(topology: Topology, kind: Kind, *, root: int = 0,
                                           [r.bandwidth for r in inter[0]]))
     plan = _Plan(nodes, intra, inter, c)
     coll = Collective(kind, topology.num_ranks, c, root)
-    ch = Chains(coll, initial_holders(coll))
+    ch = Chains(coll)
     BUILDERS[kind](ch, plan)
     channels_used = max(len(lanes) for lanes in plan.intra)
     return ch.build(schedule_name("hierarchical", channels=channels_used, chunks=c),

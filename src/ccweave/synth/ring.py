@@ -17,18 +17,17 @@ FIFO slices), so pieces pipeline along a chain instead of sharing its links at o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import gc
+from array import array
+from bisect import insort
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from itertools import repeat
 
 from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import InputError
 from ccweave.schedule import Op, Schedule, ScheduleBuilder
-from ccweave.synth.layout import (
-    chunks_for,
-    reject_options,
-    require_kind,
-    runs,
-    schedule_name,
-)
+from ccweave.synth.layout import chunks_for, reject_options, require_kind, schedule_name
 from ccweave.synth.registry import register
 from ccweave.synth.rings import Ring, find_rings
 from ccweave.topology.model import Topology
@@ -51,17 +50,20 @@ of the ideal proportional split's time."""
 class Chains:
     """Chains of hops, emitted in wavefront order, over per-rank chunk holders.
 
-    ``initial[(rank, chunk)]`` is the slot holding the rank's own data for ``chunk`` at
-    the start. Chunk ids are the strategy's: input indices for reductions (every rank
-    has its own value of the same chunk), :func:`source_chunk` ids for data movement.
+    At the start every rank holds its own data for ``chunk`` in input slot ``index``
+    (:func:`source_chunk`). Chunk ids are the strategy's: input indices for reductions
+    (every rank has its own value of the same chunk), :func:`source_chunk` ids for data
+    movement. A chain is queued as one item and unrolled hop by hop only as it is
+    emitted, so the queue stays as small as the number of chains.
     """
 
-    def __init__(self, collective: Collective, initial: dict[tuple[int, int], Slot]) -> None:
+    def __init__(self, collective: Collective) -> None:
         self.builder = ScheduleBuilder(collective)
-        self.holder = dict(initial)
-        self._queue: list[tuple[int, int, Callable[[], None]]] = []
-        self._scratch: dict[tuple[int, object], int] = {}
-        self._scratch_used: dict[int, int] = {}
+        self._holders = _Holders(collective)
+        self._queue: list[_Item] = []
+        self._scratch: list[dict[object, int]] = [{} for _ in range(collective.num_ranks)]
+        self._numbers: list[int] = []
+        """Scratch indices as shared int objects (a rank may allocate millions)."""
         self._last: dict[tuple[int, ...], int] = {}
         """The last transfer of each queue: per phase, a channel's connection from one
         rank to another, and a rank's local copies. Transfers of a queue run one after
@@ -75,90 +77,205 @@ class Chains:
 
     def scratch(self, rank: int, key: object) -> Slot:
         """A scratch slot of ``rank`` for ``key``, allocated on first use."""
-        if (rank, key) not in self._scratch:
-            self._scratch[(rank, key)] = self._scratch_used.get(rank, 0)
-            self._scratch_used[rank] = self._scratch[(rank, key)] + 1
-        return SCRATCH, self._scratch[(rank, key)]
+        table = self._scratch[rank]
+        at = table.get(key)
+        if at is None:
+            numbers = self._numbers
+            if len(table) == len(numbers):
+                numbers.append(len(numbers))
+            at = table[key] = numbers[len(table)]
+        return SCRATCH, at
 
     # -------------------------------------------------------------- queueing
 
     def copy_chain(self, chain: Sequence[int], chunks: Sequence[int], dst: Place,
                    channel: int, start: int = 0) -> None:
         """``chunks`` travel ``chain[0] -> chain[1] -> ...``, landing at ``dst(rank, x)``."""
-        for hop in range(len(chain) - 1):
-            self._later(start + hop, self._copy, chain[hop], chain[hop + 1], chunks, dst,
-                        channel)
+        self._later(start, len(chain) - 1, self._copy, chain, chunks, dst, channel)
 
     def reduce_chain(self, chain: Sequence[int], chunks: Sequence[int], acc: Place,
                      channel: int, start: int = 0) -> None:
         """``chunks`` accumulate along ``chain``: each rank adds its own value into the
         running sum in ``acc(rank, x)``; the sum of every rank's ends at the last."""
-        for hop in range(len(chain) - 1):
-            self._later(start + hop, self._reduce, chain[hop], chain[hop + 1], chunks, acc,
-                        channel)
+        self._later(start, len(chain) - 1, self._reduce, chain, chunks, acc, channel)
 
     def hop(self, time: int, src: int, dst: int, chunks: Sequence[int], dst_place: Place,
             channel: int) -> None:
         """One copy hop at wavefront ``time`` (chains whose chunks drop off on the way)."""
-        self._later(time, self._copy, src, dst, chunks, dst_place, channel)
+        self._later(time, 1, self._copy, (src, dst), chunks, dst_place, channel)
 
     def settle(self, rank: int, chunks: Sequence[int], dst: Place, channel: int,
                start: int = 0) -> None:
         """Make ``rank`` hold ``chunks`` at ``dst`` (a local copy unless already there)."""
-        self._later(start, self._move, rank, chunks, dst, channel)
+        self._later(start, 1, self._settle, (rank,), chunks, dst, channel)
 
-    def _later(self, time: int, action: Callable[..., None], *args: object) -> None:
-        self._queue.append((time, len(self._queue), lambda: action(*args)))
+    def _later(self, start: int, steps: int, action: _Action, chain: Sequence[int],
+               chunks: Sequence[int], place: Place, channel: int) -> None:
+        if steps > 0:
+            self._queue.append((start, steps, action, chain, chunks, place, channel))
 
     def flush(self) -> None:
-        """Emit everything queued, in wavefront order (a phase ends here)."""
-        queue, self._queue = sorted(self._queue, key=lambda item: item[:2]), []
-        for *_, action in queue:
-            action()
+        """Emit everything queued, in wavefront order (a phase ends here): step ``k`` of
+        an item queued to start at ``s`` goes at time ``s + k``; at one time, items go
+        in the order they were queued."""
+        queue, self._queue = self._queue, []
+        with _gc_paused():  # millions of new objects, no cycles among them
+            for time, active in _wavefronts(queue):
+                for item in active:
+                    start, _, action, chain, chunks, place, channel = queue[item]
+                    action(chain, time - start, chunks, place, channel)
         self._phase += 1
 
     def build(self, name: str, **metadata: object) -> Schedule:
+        """Flush and build; the chains are spent (their bookkeeping goes first, so it never
+        sits beside the finished schedule)."""
         self.flush()
+        self._holders.table.clear()
+        self._scratch.clear()
+        self._last.clear()
         return self.builder.build(name, **metadata)
 
     # -------------------------------------------------------------- emitting
 
-    def _copy(self, src: int, dst: int, chunks: Sequence[int], place: Place,
+    def _copy(self, chain: Sequence[int], step: int, chunks: Sequence[int], place: Place,
               channel: int) -> None:
-        targets = [place(dst, x) for x in chunks]
-        self._emit(src, dst, [self.holder[(src, x)] for x in chunks], targets, Op.COPY,
-                   channel)
-        self.holder.update(((dst, x), slot) for x, slot in zip(chunks, targets))
+        src, dst = chain[step], chain[step + 1]
+        targets = _placed(place, dst, chunks)
+        self._emit(src, dst, self._holders.codes(src, chunks), targets, Op.COPY, channel)
+        self._holders.hold(dst, chunks, targets)
 
-    def _reduce(self, src: int, dst: int, chunks: Sequence[int], acc: Place,
+    def _reduce(self, chain: Sequence[int], step: int, chunks: Sequence[int], acc: Place,
                 channel: int) -> None:
+        src, dst = chain[step], chain[step + 1]
         self._move(dst, chunks, acc, channel)
-        self._emit(src, dst, [self.holder[(src, x)] for x in chunks],
-                   [acc(dst, x) for x in chunks], Op.REDUCE, channel)
+        self._emit(src, dst, self._holders.codes(src, chunks), _placed(acc, dst, chunks),
+                   Op.REDUCE, channel)
+
+    def _settle(self, chain: Sequence[int], step: int, chunks: Sequence[int], place: Place,
+                channel: int) -> None:
+        self._move(chain[step], chunks, place, channel)
 
     def _move(self, rank: int, chunks: Sequence[int], place: Place, channel: int) -> None:
-        moving = [x for x in chunks if self.holder[(rank, x)] != place(rank, x)]
-        targets = [place(rank, x) for x in moving]
-        self._emit(rank, rank, [self.holder[(rank, x)] for x in moving], targets, Op.COPY,
-                   channel)
-        self.holder.update(((rank, x), slot) for x, slot in zip(moving, targets))
+        held = self._holders.codes(rank, chunks)
+        wanted = _placed(place, rank, chunks)
+        if held == wanted:
+            return
+        moving = [k for k, (have, want) in enumerate(zip(held, wanted)) if have != want]
+        sources = [held[k] for k in moving]
+        targets = [wanted[k] for k in moving]
+        self._emit(rank, rank, sources, targets, Op.COPY, channel)
+        self._holders.hold(rank, [chunks[k] for k in moving], targets)
 
-    def _emit(self, src: int, dst: int, sources: list[Slot], targets: list[Slot], op: Op,
+    def _emit(self, src: int, dst: int, sources: list[int], targets: list[int], op: Op,
               channel: int) -> None:
-        """Transfers for slot pairs, merged into runs of consecutive slots."""
-        start = 0
-        for end in range(1, len(sources) + 1):
-            if end < len(sources) and sources[end][0] == sources[start][0] \
-                    and targets[end][0] == targets[start][0]:
-                continue
-            pairs = [(s[1], t[1]) for s, t in zip(sources[start:end], targets[start:end])]
-            for s, t, count in runs(pairs):
-                queue = (self._phase, src) if src == dst else (self._phase, src, dst, channel)
-                after = [self._last[queue]] if queue in self._last else []
-                self._last[queue] = self.builder.add(src, dst, sources[start][0], s,
-                                                     targets[start][0], t, count, op, channel,
-                                                     after)
-            start = end
+        """Transfers for encoded slot pairs, merged into runs of consecutive slots."""
+        queue = (self._phase, src) if src == dst else (self._phase, src, dst, channel)
+        last, add = self._last, self.builder.add
+        for first, count in _runs(sources, targets):
+            s, t = sources[first], targets[first]
+            after = last.get(queue)
+            last[queue] = add(src, dst, _BUFFERS[s & 3], s >> 2, _BUFFERS[t & 3], t >> 2,
+                              count, op, channel, () if after is None else (after,))
+
+
+_Action = Callable[[Sequence[int], int, Sequence[int], Place, int], None]
+_Item = tuple[int, int, _Action, Sequence[int], Sequence[int], Place, int]
+"""(start time, steps, action, chain, chunks, place, channel): step ``k`` of a queued
+chain, hop or settle runs ``action(chain, k, chunks, place, channel)`` at ``start + k``."""
+
+_BUFFERS = (IN, OUT, SCRATCH)
+
+
+def _placed(place: Place, rank: int, chunks: Sequence[int]) -> list[int]:
+    """Where ``place`` puts ``rank``'s ``chunks``, each slot encoded as one int,
+    ``index * 4 + buffer code`` (so slot ``k + 1`` of the same buffer is ``code + 4``)."""
+    return [index << 2 | (0 if buffer is IN else 1 if buffer is OUT else 2)
+            for buffer, index in map(place, repeat(rank), chunks)]
+
+
+def _runs(sources: list[int], targets: list[int]) -> list[tuple[int, int]]:
+    """``(first, count)`` of each run of pairs whose source and target slots both advance
+    by one in the same buffers (what :func:`~ccweave.synth.layout.runs` merges)."""
+    count = len(sources)
+    if count == 1 or (count and _advancing(sources) and _advancing(targets)):
+        return [(0, count)]
+    found, first = [], 0
+    for k in range(1, len(sources) + 1):
+        if k == len(sources) or sources[k] != sources[k - 1] + 4 \
+                or targets[k] != targets[k - 1] + 4:
+            found.append((first, k - first))
+            first = k
+    return found
+
+
+def _advancing(codes: list[int]) -> bool:
+    """Whether encoded slots are consecutive slots of one buffer (compared in C)."""
+    return codes == list(range(codes[0], codes[0] + 4 * len(codes), 4))
+
+
+def _wavefronts(queue: list[_Item]) -> Iterator[tuple[int, list[int]]]:
+    """``(time, items with a step then)`` in time order, the items in queue order."""
+    order = sorted(range(len(queue)), key=lambda item: queue[item][0])
+    active: list[int] = []
+    at, time = 0, 0
+    while at < len(order) or active:
+        if not active:
+            time = queue[order[at]][0]
+        while at < len(order) and queue[order[at]][0] == time:
+            insort(active, order[at])
+            at += 1
+        yield time, active
+        active = [item for item in active
+                  if time - queue[item][0] < queue[item][1] - 1]
+        time += 1
+
+
+class _Holders:
+    """Where each rank holds each chunk: per rank an array of encoded slots
+    (:func:`_placed`; ``-1``: not held), dense over the collective's chunk ids."""
+
+    def __init__(self, collective: Collective) -> None:
+        n, size = collective.num_ranks, collective.input_chunks
+        own = array("q", range(0, 4 * size, 4))  # input slot i holds chunk i
+        if collective.kind.is_reduction:
+            self.base, span = 0, size
+        else:  # source_chunk ids of the ranks with input
+            sources = [rank for rank in range(n) if collective.has_input(rank)]
+            self.base = source_chunk(collective, sources[0], 0)
+            span = source_chunk(collective, sources[-1], size) - self.base
+        self.table = [array("q", [-1]) * span for _ in range(n)]
+        for rank in range(n):
+            if collective.has_input(rank):
+                at = 0 if collective.kind.is_reduction else \
+                    source_chunk(collective, rank, 0) - self.base
+                self.table[rank][at:at + size] = own
+
+    def codes(self, rank: int, chunks: Sequence[int]) -> list[int]:
+        """The encoded slots in which ``rank`` holds ``chunks``; ``KeyError`` for one it
+        does not hold."""
+        held, base = self.table[rank], self.base
+        found = [held[x - base] for x in chunks]
+        if found and min(found) < 0:
+            raise KeyError((rank, chunks[found.index(min(found))]))
+        return found
+
+    def hold(self, rank: int, chunks: Sequence[int], codes: list[int]) -> None:
+        held, base = self.table[rank], self.base
+        for x, code in zip(chunks, codes):
+            held[x - base] = code
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: emitting allocates millions of transfers and
+    tuples, and each collection would walk them all again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 # ------------------------------------------------------------------ splitting
@@ -356,14 +473,6 @@ def source_chunk(collective: Collective, rank: int, index: int) -> int:
     return rank * collective.input_chunks + index
 
 
-def initial_holders(collective: Collective) -> dict[tuple[int, int], Slot]:
-    """Where each rank's own data starts: keyed by input index for reductions, by
-    :func:`source_chunk` for data movement (so relayed chunks never share a key)."""
-    by_index = collective.kind.is_reduction
-    return {(rank, i if by_index else source_chunk(collective, rank, i)): (IN, i)
-            for rank, i in collective.precondition}
-
-
 # ------------------------------------------------------------------ strategy
 
 
@@ -395,7 +504,7 @@ def build_ring(topology: Topology, kind: Kind, *, root: int = 0, chunks: int | N
     c = chunks_for(chunks, default_chunks(bandwidths) * pipeline)
     used = channel_lanes(rings, c)
     coll = Collective(kind, topology.num_ranks, c, root)
-    ch = Chains(coll, initial_holders(coll))
+    ch = Chains(coll)
     BUILDERS[kind](ch, used)
     return ch.build(schedule_name("ring", channels=len(used), chunks=c),
                     topology=topology.name,
