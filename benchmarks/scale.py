@@ -1,11 +1,12 @@
 """Synthesis at 1024 ranks: time and peak memory (target: every case within 8 GiB).
 
 Synthesizes ring allgather, allreduce and reduce-scatter and hierarchical allreduce on
-``dgx-a100:128`` (128 DGX A100 nodes, 1024 ranks) and computes its allgather lower bound. Each case runs in
-a fresh subprocess, so peak RSS (the child's own, from ``wait4``) never mixes between
-cases. Per case it prints transfers, wall seconds, peak RSS and bytes per transfer, and
-seconds per million transfers beside a yardstick timed in the same run (making a million
-bare ``Transfer`` objects), so the ratio means something on a noisy machine.
+``dgx-a100:128`` (128 DGX A100 nodes, 1024 ranks) and computes its allgather lower bound.
+Each case runs in a fresh subprocess, so peak RSS (the child's own, from ``wait4``) never
+mixes between cases. Per case it prints transfers, wall seconds, peak RSS and bytes per
+transfer, and seconds per million transfers beside a yardstick timed in the same run
+(making a million bare ``Transfer`` objects), so the ratio means something on a noisy
+machine.
 
     python benchmarks/scale.py [--topology dgx-a100:128] [--cases ring-allgather,...]
                                [--limit-gib 8] [--json]

@@ -195,3 +195,15 @@ def test_builder_refuses_negative_slots():
     with pytest.raises(InputError, match="slot indices must be >= 0"):
         b.add(0, 1, I, -1, O, 0)
     assert b.last_writer(0, O, -1) is None and b.last_writer(0, O, 10**9) is None
+
+
+def test_depth_does_not_need_index_order():
+    sched = ring_allgather(5)
+    last = len(sched.transfers) - 1
+    backwards = [replace(t, deps=tuple(last - d for d in t.deps))
+                 for t in reversed(sched.transfers)]
+    assert replace(sched, transfers=tuple(backwards)).depth() == sched.depth() == 5
+    looped = list(sched.transfers)
+    looped[0] = replace(looped[0], deps=(5,))  # transfer 5 waits for 0 (rank 0's chunk)
+    with pytest.raises(InputError, match="cycle"):
+        replace(sched, transfers=tuple(looped)).depth()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import json
+from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -93,34 +94,48 @@ class Schedule:
 
     def depth(self) -> int:
         """Transfers on the longest dependency chain ("steps")."""
-        level = [0] * len(self.transfers)
-        for index in topological_order(self.transfers):
-            transfer = self.transfers[index]
-            level[index] = 1 + max((level[d] for d in transfer.deps), default=0)
+        transfers = self.transfers
+        level = array("q", bytes(8 * len(transfers)))
+        for index, transfer in enumerate(transfers):  # index order, as builders make it
+            deps = transfer.deps
+            if deps and (max(deps) >= index or min(deps) < 0):
+                return _depth(transfers, topological_order(transfers))
+            level[index] = 1 + max(map(level.__getitem__, deps)) if deps else 1
         return max(level, default=0)
 
     def stats(self) -> dict[str, object]:
         """Counts people ask about first: transfers, steps, chunks moved, channels."""
-        remote = [t for t in self.transfers if not t.is_local]
+        remote = reductions = 0
         pairs: dict[tuple[int, int], int] = {}
-        for t in remote:
-            pairs[(t.src, t.dst)] = pairs.get((t.src, t.dst), 0) + t.count
+        for t in self.transfers:  # one pass, no lists: schedules reach millions of transfers
+            reductions += t.op is Op.REDUCE
+            if t.src != t.dst:
+                remote += 1
+                pairs[(t.src, t.dst)] = pairs.get((t.src, t.dst), 0) + t.count
         return {
             "name": self.name,
             "collective": self.collective.kind.value,
             "ranks": self.num_ranks,
             "chunks_per_rank": self.collective.chunks_per_rank,
             "transfers": len(self.transfers),
-            "remote_transfers": len(remote),
-            "local_transfers": len(self.transfers) - len(remote),
-            "reductions": sum(t.op is Op.REDUCE for t in self.transfers),
+            "remote_transfers": remote,
+            "local_transfers": len(self.transfers) - remote,
+            "reductions": reductions,
             "steps": self.depth(),
             "channels": self.num_channels,
-            "chunks_sent": sum(t.count for t in remote),
+            "chunks_sent": sum(pairs.values()),
             "rank_pairs": len(pairs),
             "max_chunks_per_pair": max(pairs.values(), default=0),
             "scratch_chunks": self.scratch_chunks,
         }
+
+
+def _depth(transfers: Sequence[Transfer], order: Iterable[int]) -> int:
+    """Longest dependency chain, visiting transfers in a topological ``order``."""
+    level = [0] * len(transfers)
+    for index in order:
+        level[index] = 1 + max((level[d] for d in transfers[index].deps), default=0)
+    return max(level, default=0)
 
 
 def topological_order(transfers: Sequence[Transfer]) -> list[int]:

@@ -147,24 +147,27 @@ class Chains:
     def _reduce(self, chain: Sequence[int], step: int, chunks: Sequence[int], acc: Place,
                 channel: int) -> None:
         src, dst = chain[step], chain[step + 1]
-        self._move(dst, chunks, acc, channel)
-        self._emit(src, dst, self._holders.codes(src, chunks), _placed(acc, dst, chunks),
-                   Op.REDUCE, channel)
+        sums = self._move(dst, chunks, acc, channel)
+        self._emit(src, dst, self._holders.codes(src, chunks), sums, Op.REDUCE, channel)
 
     def _settle(self, chain: Sequence[int], step: int, chunks: Sequence[int], place: Place,
                 channel: int) -> None:
         self._move(chain[step], chunks, place, channel)
 
-    def _move(self, rank: int, chunks: Sequence[int], place: Place, channel: int) -> None:
+    def _move(self, rank: int, chunks: Sequence[int], place: Place,
+              channel: int) -> list[int]:
+        """Local copies so that ``rank`` holds ``chunks`` where ``place`` says; returns
+        those places, encoded."""
         held = self._holders.codes(rank, chunks)
         wanted = _placed(place, rank, chunks)
         if held == wanted:
-            return
+            return wanted
         moving = [k for k, (have, want) in enumerate(zip(held, wanted)) if have != want]
         sources = [held[k] for k in moving]
         targets = [wanted[k] for k in moving]
         self._emit(rank, rank, sources, targets, Op.COPY, channel)
         self._holders.hold(rank, [chunks[k] for k in moving], targets)
+        return wanted
 
     def _emit(self, src: int, dst: int, sources: list[int], targets: list[int], op: Op,
               channel: int) -> None:
@@ -254,15 +257,28 @@ class _Holders:
         """The encoded slots in which ``rank`` holds ``chunks``; ``KeyError`` for one it
         does not hold."""
         held, base = self.table[rank], self.base
-        found = [held[x - base] for x in chunks]
+        if len(chunks) > 2 and _consecutive(chunks):
+            found = held[chunks[0] - base:chunks[-1] + 1 - base].tolist()
+        else:
+            found = [held[x - base] for x in chunks]
         if found and min(found) < 0:
             raise KeyError((rank, chunks[found.index(min(found))]))
         return found
 
     def hold(self, rank: int, chunks: Sequence[int], codes: list[int]) -> None:
         held, base = self.table[rank], self.base
+        if len(chunks) > 2 and _consecutive(chunks):
+            held[chunks[0] - base:chunks[-1] + 1 - base] = array("q", codes)
+            return
         for x, code in zip(chunks, codes):
             held[x - base] = code
+
+
+def _consecutive(chunks: Sequence[int]) -> bool:
+    """Whether the chunks are ``x, x + 1, ...`` (then array slices move them in C)."""
+    count = len(chunks)
+    return chunks[-1] - chunks[0] == count - 1 and \
+        list(chunks) == list(range(chunks[0], chunks[0] + count))
 
 
 @contextmanager
