@@ -63,6 +63,7 @@ def correctness(args, folder: Path) -> dict:
         for backend in args.backends:
             started = time.monotonic()
             results = batch.launch(cases, ranks, folder, backend, timeout=300)
+            peaks = json.loads((folder / "results.json.rss").read_text())
             wrong = [r for r in results if r["out_of_place"]["wrong"]
                      or (r["in_place"]["wrong"] or 0)]
             ran = sum(1 + (r["in_place"]["skipped"] is None) for r in results)
@@ -75,13 +76,15 @@ def correctness(args, folder: Path) -> dict:
                                       + (r["in_place"]["wrong"] or 0) for r in results),
                 "wrong_runs": [(r["case"], r["size_bytes"]) for r in wrong],
                 "in_place_not_applicable": skipped,
+                "peak_rss_mb_per_rank": peaks,
                 "seconds": round(time.monotonic() - started, 1)}
             s = summary[key]
             log(f"correctness {key}: {s['cases']} schedules ({s['strategies']} strategies) x "
                 f"{len(sizes)} sizes {s['sizes'][0]}..{s['sizes'][-1]}: {s['runs']} runs, "
                 f"#wrong {s['wrong_elements']} "
                 f"({'Correct' if not wrong else 'WRONG: ' + str(s['wrong_runs'][:5])}); "
-                f"in place n/a for {', '.join(skipped) or 'none'} [{s['seconds']} s]")
+                f"in place n/a for {', '.join(skipped) or 'none'}; peak RSS per rank "
+                f"{min(peaks):.0f}-{max(peaks):.0f} MB [{s['seconds']} s]")
     return summary
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -90,7 +91,8 @@ def run_cases(cases: Sequence[Case], transport, timeout: float = 60.0) -> list[d
 
 def launch(cases: Sequence[Case], nproc: int, folder: str | Path, backend: str = "gloo",
            timeout: float = 60.0) -> list[dict]:
-    """Run ``cases`` on ``nproc`` local ranks over ``backend``; rank 0's results."""
+    """Run ``cases`` on ``nproc`` local ranks over ``backend``; rank 0's results (each
+    rank's peak RSS in MB lands beside them, in ``results.json.rss``)."""
     from ccweave.runtime.launch import launch_local, launch_mpi
 
     folder = Path(folder)
@@ -124,6 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         transport = connect(args.backend, job, args.timeout)
         try:
             results = run_cases(load(args.cases), transport, args.timeout)
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            peaks = transport.sum_values([rss if r == job.rank else 0.0
+                                          for r in range(job.world_size)])
             transport.barrier()
         except RuntimeFault as error:
             fail_fast(error)
@@ -133,6 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if job.rank == 0:
         Path(args.output).write_text(json.dumps(results))
+        Path(args.output + ".rss").write_text(json.dumps(peaks))
     return 0
 
 
