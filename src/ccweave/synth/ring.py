@@ -50,11 +50,11 @@ of the ideal proportional split's time."""
 class Chains:
     """Chains of hops, emitted in wavefront order, over per-rank chunk holders.
 
-    At the start every rank holds its own data for ``chunk`` in input slot ``index``
-    (:func:`source_chunk`). Chunk ids are the strategy's: input indices for reductions
-    (every rank has its own value of the same chunk), :func:`source_chunk` ids for data
-    movement. A chain is queued as one item and unrolled hop by hop only as it is
-    emitted, so the queue stays as small as the number of chains.
+    Chunk ids are the strategy's: input indices for reductions (every rank has its own
+    value of the same chunk), :func:`source_chunk` ids for data movement; at the start a
+    rank holds its own input chunk ``i`` in input slot ``i``. A chain is queued as one
+    item and unrolled hop by hop only as it is emitted, so the queue stays as small as
+    the number of chains.
     """
 
     def __init__(self, collective: Collective) -> None:
