@@ -152,3 +152,32 @@ def test_runs_reuse_bound_views_and_temporaries():
         return out[0].item()
 
     assert run_threads(4, work) == [6.0] * 4
+
+
+def other_strategies():
+    from ccweave.synth.registry import strategies, synthesize
+
+    for strategy in strategies().values():
+        if strategy.classic or strategy.slow:
+            continue
+        for kind in sorted(strategy.collectives):
+            yield pytest.param(lambda s=strategy.name, k=kind: synthesize(load("cedar"), k, s),
+                               id=f"{strategy.name}-{kind.value}")
+
+
+@pytest.mark.parametrize("build", list(other_strategies()))
+def test_the_executor_runs_newer_strategies_too(build):
+    from ccweave.errors import NotApplicableError
+    from ccweave.verify import verify
+
+    try:
+        schedule = build()
+    except NotApplicableError as error:
+        pytest.skip(str(error))
+    verify(schedule)
+    size = schedule.collective.total_chunks * 4 * 64
+    rows = run_threads(schedule.num_ranks,
+                       lambda transport: measure(schedule, transport, [size],
+                                                 Options(iters=1, warmup=0)))
+    assert rows[0][0].out_of_place.wrong == 0
+    assert rows[0][0].in_place.wrong in (0, None)
