@@ -181,3 +181,30 @@ def test_the_executor_runs_newer_strategies_too(build):
                                                  Options(iters=1, warmup=0)))
     assert rows[0][0].out_of_place.wrong == 0
     assert rows[0][0].in_place.wrong in (0, None)
+
+
+def test_a_schedule_that_sums_into_its_input_leaves_the_callers_input_alone():
+    """reverse(allgather) reduces into input slots (TACCL's reduce-scatter); the caller's
+    tensor must come back unchanged and the output right."""
+    from ccweave.synth import synthesize
+    from ccweave.transforms import reverse
+
+    topo = load("switch:4")
+    schedule = reverse(synthesize(topo, "allgather", "ring", chunks=1))
+    assert any(t.dst_buffer.value == "input" for t in schedule.transfers)
+    chunk = 3
+
+    def work(transport):
+        rank = transport.rank
+        data = torch.arange(4 * chunk, dtype=torch.float32) + 100 * rank
+        kept = data.clone()
+        out = torch.zeros(chunk)
+        Executor(schedule, transport).run(data, out)
+        return torch.equal(data, kept), out
+
+    results = run_threads(4, work)
+    for rank, (unchanged, out) in enumerate(results):
+        assert unchanged
+        expect = sum(torch.arange(4 * chunk, dtype=torch.float32)[rank * chunk:(rank + 1) * chunk]
+                     + 100 * r for r in range(4))
+        assert torch.equal(out, expect)

@@ -58,6 +58,11 @@ class Executor:
         self._ndeps = [len(op.deps) for op in ops]
         self._roots = [index for index, op in enumerate(ops) if not op.deps]
         self._uses = {buffer: self.program.buffer_chunks(buffer) for buffer in Buffer}
+        # an out-of-place schedule that sums into its input (a reduce-scatter made by
+        # reversing an allgather) runs on a private copy: the caller's input is kept
+        rank = transport.rank
+        self._writes_input = not schedule.in_place and any(
+            t.dst == rank and t.dst_buffer == Buffer.INPUT for t in schedule.transfers)
         self._pool: dict[tuple, list[torch.Tensor]] = {}
         self._own: dict[tuple, torch.Tensor] = {}
         self._bound: tuple[tuple, _Views] | None = None
@@ -146,6 +151,10 @@ class Executor:
         Reductions use ``op``; collectives that move data ignore it. Raises
         ``RuntimeFault`` when a peer fails or nothing finishes for ``timeout`` seconds.
         """
+        if self._writes_input and input is not None:
+            private = self._own_buffer(Buffer.INPUT, input.numel(), input)
+            private.copy_(input.reshape(-1))
+            input = private
         views = self._bind(input, output)
         combine = RedOp.parse(op).combiner()
         if self.transport.stream_ordered:
