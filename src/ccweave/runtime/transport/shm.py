@@ -89,7 +89,7 @@ class ShmTransport(Transport):
     def probe(inner: Transport, gather) -> set[int]:
         """Peers on this host whose memory this rank can map, agreed by everyone;
         ``gather(obj)`` returns every rank's ``obj`` (e.g. all_gather_object)."""
-        host = socket.gethostname() + _boot_id()
+        host = socket.gethostname() + _boot_id() + _net_namespace()
         fd = os.memfd_create("ccweave-probe")
         os.ftruncate(fd, mmap.PAGESIZE)
         try:
@@ -260,6 +260,15 @@ def _boot_id() -> str:
     try:
         with open("/proc/sys/kernel/random/boot_id") as handle:
             return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def _net_namespace() -> str:
+    """Ranks in different network namespaces stand for different hosts (the emulated
+    testbed): their traffic must cross the emulated links, not shared memory."""
+    try:
+        return os.readlink("/proc/self/ns/net")
     except OSError:
         return ""
 
