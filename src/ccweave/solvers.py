@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 
-def quiet_highs():
-    """A ``highspy.Highs`` that prints nothing, not even its banner.
+def quiet_highs(threads: int | None = None):
+    """A ``highspy.Highs`` that prints nothing, not even its banner, using ``threads``
+    threads (``None``: HiGHS' choice).
 
     highspy prints a banner on the C stdout when callbacks are enabled at construction
-    unless output is already off; it would spoil ``--json`` output.
+    unless output is already off; it would spoil ``--json`` output. HiGHS runs on one
+    process-wide thread pool and refuses to run (status "Not Set") when an instance asks
+    for another thread count than the pool was started with, so the pool is restarted
+    before a count is set.
     """
     import highspy
 
@@ -16,6 +20,10 @@ def quiet_highs():
             self.silent()
             super().enableCallbacks()
 
+    if threads is not None:
+        highspy.Highs.resetGlobalScheduler(True)
     highs = QuietHighs()
     highs.silent()
+    if threads is not None:
+        highs.setOptionValue("threads", int(threads))
     return highs

@@ -146,11 +146,10 @@ class Model:
         """
         import highspy
 
-        highs = quiet_highs()
+        highs = quiet_highs(threads=settings.threads)
         n = self.num_vars
         highs.setOptionValue("time_limit", float(max(settings.time_limit_s, 0.01)))
         highs.setOptionValue("mip_rel_gap", float(settings.mip_gap))
-        highs.setOptionValue("threads", int(settings.threads))
         highs.setOptionValue("random_seed", int(settings.seed))
         highs.addVars(n, np.array(self._lower), np.array(self._upper))
         columns = np.arange(n, dtype=np.int32)
