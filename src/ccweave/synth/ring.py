@@ -163,11 +163,15 @@ class Chains:
         wanted = _placed(place, rank, chunks)
         if held == wanted:
             return wanted
-        moving = [k for k, (have, want) in enumerate(zip(held, wanted)) if have != want]
-        sources = [held[k] for k in moving]
-        targets = [wanted[k] for k in moving]
+        if len(held) == 1:
+            sources, targets, moved = held, wanted, chunks
+        else:
+            moving = [k for k, (have, want) in enumerate(zip(held, wanted)) if have != want]
+            sources = [held[k] for k in moving]
+            targets = [wanted[k] for k in moving]
+            moved = [chunks[k] for k in moving]
         self._emit(rank, rank, sources, targets, COPY, channel)
-        self._holders.hold(rank, [chunks[k] for k in moving], targets)
+        self._holders.hold(rank, moved, targets)
         return wanted
 
     def _emit(self, src: int, dst: int, sources: list[int], targets: list[int], op: Op,
@@ -175,7 +179,7 @@ class Chains:
         """Transfers for encoded slot pairs, merged into runs of consecutive slots."""
         queue = (self._phase, src) if src == dst else (self._phase, src, dst, channel)
         last, add = self._last, self.builder.add
-        for first, count in _runs(sources, targets):
+        for first, count in _ONE_RUN if len(sources) == 1 else _runs(sources, targets):
             s, t = sources[first], targets[first]
             after = last.get(queue)
             last[queue] = add(src, dst, _BUFFERS[s & 3], s >> 2, _BUFFERS[t & 3], t >> 2,
@@ -188,6 +192,7 @@ _Item = tuple[int, int, _Action, Sequence[int], Sequence[int], Place, int]
 chain, hop or settle runs ``action(chain, k, chunks, place, channel)`` at ``start + k``."""
 
 _BUFFERS = (IN, OUT, SCRATCH)
+_ONE_RUN = ((0, 1),)
 
 
 def _placed(place: Place, rank: int, chunks: Sequence[int]) -> list[int]:
@@ -201,7 +206,7 @@ def _runs(sources: list[int], targets: list[int]) -> list[tuple[int, int]]:
     """``(first, count)`` of each run of pairs whose source and target slots both advance
     by one in the same buffers (what :func:`~ccweave.synth.layout.runs` merges)."""
     count = len(sources)
-    if count == 1 or (count and _advancing(sources) and _advancing(targets)):
+    if count and _advancing(sources) and _advancing(targets):
         return [(0, count)]
     found, first = [], 0
     for k in range(1, len(sources) + 1):
