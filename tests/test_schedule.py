@@ -207,3 +207,16 @@ def test_depth_does_not_need_index_order():
     looped[0] = replace(looped[0], deps=(5,))  # transfer 5 waits for 0 (rank 0's chunk)
     with pytest.raises(InputError, match="cycle"):
         replace(sched, transfers=tuple(looped)).depth()
+
+
+def test_topological_order_keeps_index_order_where_it_can():
+    sched = ring_allgather(4)
+    assert topological_order(sched.transfers) == list(range(len(sched.transfers)))
+    shuffled = list(reversed(sched.transfers))
+    n = len(shuffled)
+    remapped = [replace(t, deps=tuple(n - 1 - d for d in t.deps)) for t in shuffled]
+    order = topological_order(remapped)
+    position = {index: k for k, index in enumerate(order)}
+    assert all(position[d] < position[i] for i, t in enumerate(remapped) for d in t.deps)
+    ready_first = [i for i, t in enumerate(remapped) if not t.deps]
+    assert order[0] == min(ready_first)

@@ -9,6 +9,7 @@ that must finish before this one starts: the only ordering there is.
 from __future__ import annotations
 
 import enum
+import heapq
 import json
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -142,33 +143,41 @@ def _depth(transfers: Sequence[Transfer], order: Iterable[int]) -> int:
 
 
 def topological_order(transfers: Sequence[Transfer]) -> list[int]:
-    """Indices in an order where every transfer comes after its deps (Kahn's algorithm).
+    """Indices in an order where every transfer comes after its deps: the smallest ready
+    index first (Kahn's algorithm with a heap), so a schedule already in dependency order,
+    as builders emit them, keeps its own order.
 
-    Raises ``InputError`` naming a transfer on a dependency cycle or a dangling dep.
+    Raises ``InputError`` naming a transfer that waits on a dependency cycle, or a
+    dangling dep.
     """
     count = len(transfers)
     waiting = [0] * count
     children: list[list[int]] = [[] for _ in range(count)]
+    in_order = True
     for index, transfer in enumerate(transfers):
         for dep in transfer.deps:
             if not 0 <= dep < count:
                 raise InputError(f"transfer {index} depends on transfer {dep}, which does not "
                                  f"exist (the schedule has {count})")
             children[dep].append(index)
+            in_order = in_order and dep < index
         waiting[index] = len(transfer.deps)
+    if in_order:
+        return list(range(count))
     ready = [i for i in range(count) if waiting[i] == 0]
+    heapq.heapify(ready)
     order = []
     while ready:
-        index = ready.pop()
+        index = heapq.heappop(ready)
         order.append(index)
         for child in children[index]:
             waiting[child] -= 1
             if waiting[child] == 0:
-                ready.append(child)
+                heapq.heappush(ready, child)
     if len(order) != count:
         stuck = next(i for i in range(count) if waiting[i] > 0)
         raise InputError(f"the dependencies form a cycle: transfer {stuck} can never start "
-                         "(it waits, directly or not, on itself)")
+                         "(it waits, directly or not, on a cycle of transfers)")
     return order
 
 
