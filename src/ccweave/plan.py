@@ -14,6 +14,7 @@ from pathlib import Path
 from ccweave import schedule as schedule_io
 from ccweave.collectives import Collective
 from ccweave.errors import InputError
+from ccweave.jsonfile import read_json
 from ccweave.schedule import Schedule
 
 FORMAT = "ccweave.plan"
@@ -107,13 +108,7 @@ def save(plan: Plan, path: str | Path) -> None:
 
 def load(path: str | Path) -> Plan:
     """A plan file, or a single schedule file (used for every size)."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: not valid JSON ({error})") from None
+    data = read_json(path, "make one with `ccweave synth ... --strategy auto`")
     if isinstance(data, dict) and data.get("format") == schedule_io.FORMAT:
         return Plan.single(schedule_io.from_dict(data, str(path)))
     return from_dict(data, str(path))

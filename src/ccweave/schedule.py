@@ -469,12 +469,6 @@ def save(schedule: Schedule, path: str | Path) -> None:
 
 def load(path: str | Path) -> Schedule:
     """Read a schedule JSON file; a missing or corrupted file is an ``InputError``."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: not valid JSON ({error}); regenerate it with "
-                         "`ccweave synth`") from None
-    return from_dict(data, str(path))
+    from ccweave.jsonfile import read_json
+
+    return from_dict(read_json(path, "make one with `ccweave synth`"), str(path))

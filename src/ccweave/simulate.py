@@ -10,10 +10,7 @@ receive. docs/simulator.md explains the model and what it leaves out.
 
 from __future__ import annotations
 
-import gc
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from heapq import heapify, heappop, heappush
 from itertools import chain
@@ -22,6 +19,7 @@ from operator import attrgetter
 import numpy as np
 
 from ccweave.errors import InputError, TopologyError
+from ccweave.gc_pause import gc_paused
 from ccweave.schedule import Schedule, Transfer, topological_order
 from ccweave.topology.model import Topology
 
@@ -114,7 +112,7 @@ def simulate(schedule: Schedule, topology: Topology, size_bytes: float) -> SimRe
             and math.isfinite(size_bytes) and size_bytes >= 0):
         raise InputError(f"simulate: size_bytes must be a finite number >= 0, "
                          f"got {size_bytes!r}")
-    with _gc_paused():
+    with gc_paused():
         plan = _Plan(schedule, topology, float(size_bytes))
         ready, start, finish, last_dep, busy = _run(plan)
     num_links = len(topology.links)
@@ -126,19 +124,6 @@ def simulate(schedule: Schedule, topology: Topology, size_bytes: float) -> SimRe
                      np.array(ready), np.array(start), np.array(finish),
                      np.array(busy[:num_links]), link_bytes, utilization,
                      _critical_path(plan, ready, finish, last_dep))
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: the simulator allocates many small lists and
-    sets (no cycles), and each collection would walk them all again."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class _Plan:

@@ -9,8 +9,7 @@ from dataclasses import replace
 
 from ccweave.collectives import Buffer
 from ccweave.errors import NotApplicableError, VerificationError
-from ccweave.runtime.program import priority_order
-from ccweave.schedule import Op, Schedule, Transfer
+from ccweave.schedule import Op, Schedule, Transfer, topological_order
 from ccweave.verify import verify
 
 
@@ -32,7 +31,7 @@ def in_place(schedule: Schedule) -> Schedule:
         return (t.is_local and t.op is Op.COPY
                 and key(t.src, t.src_buffer, t.src_index) == key(t.dst, t.dst_buffer, t.dst_index))
 
-    order = priority_order(transfers)
+    order = topological_order(transfers)
     kept: dict[int, int] = {}  # old index -> new index
     inherited: dict[int, set[int]] = {}  # dropped old index -> new deps it stood for
     writer: dict[tuple, int] = {}

@@ -16,13 +16,11 @@ done) and can complete; the executor relies on this when it blocks on its oldest
 from __future__ import annotations
 
 import enum
-import heapq
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ccweave.collectives import Buffer
 from ccweave.errors import InputError
-from ccweave.schedule import Op, Schedule, Transfer
+from ccweave.schedule import Op, Schedule, topological_order
 
 
 class OpKind(str, enum.Enum):
@@ -90,34 +88,6 @@ class Program:
         return end
 
 
-def priority_order(transfers: Sequence[Transfer]) -> list[int]:
-    """A topological order taking the lowest ready index first: list order when that is
-    already topological, as every builder-made schedule's is; deterministic on every rank."""
-    count = len(transfers)
-    waiting = [len(t.deps) for t in transfers]
-    children: list[list[int]] = [[] for _ in range(count)]
-    for index, transfer in enumerate(transfers):
-        for dep in transfer.deps:
-            if not 0 <= dep < count:
-                raise InputError(f"transfer {index} depends on transfer {dep}, which does not "
-                                 f"exist (the schedule has {count})")
-            children[dep].append(index)
-    ready = [i for i in range(count) if waiting[i] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        index = heapq.heappop(ready)
-        order.append(index)
-        for child in children[index]:
-            waiting[child] -= 1
-            if waiting[child] == 0:
-                heapq.heappush(ready, child)
-    if len(order) != count:
-        raise InputError("the schedule's dependencies form a cycle; run `ccweave verify` "
-                         "on it to see where")
-    return order
-
-
 class _Hazards:
     """Last writer and readers since, per chunk of one rank, to derive local deps."""
 
@@ -171,7 +141,7 @@ def compile_all(schedule: Schedule, fuse: bool = True) -> tuple[Program, ...]:
             buffer, index = coll.in_place_alias(rank, buffer, index)
         return Slot(buffer, index, count)
 
-    for index in priority_order(schedule.transfers):
+    for index in topological_order(schedule.transfers):
         t = schedule.transfers[index]
         if not (0 <= t.src < n and 0 <= t.dst < n) or t.count < 1:
             raise InputError(f"transfer {index} ({t.src} -> {t.dst}, count {t.count}) names a "

@@ -17,15 +17,14 @@ FIFO slices), so pieces pipeline along a chain instead of sharing its links at o
 
 from __future__ import annotations
 
-import gc
 from array import array
 from bisect import insort
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from itertools import repeat
 
 from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import InputError
+from ccweave.gc_pause import gc_paused
 from ccweave.schedule import Op, Schedule, ScheduleBuilder
 from ccweave.synth.layout import chunks_for, reject_options, require_kind, schedule_name
 from ccweave.synth.registry import register
@@ -120,7 +119,7 @@ class Chains:
         an item queued to start at ``s`` goes at time ``s + k``; at one time, items go
         in the order they were queued."""
         queue, self._queue = self._queue, []
-        with _gc_paused():  # millions of new objects, no cycles among them
+        with gc_paused():  # millions of new objects, no cycles among them
             for time, active in _wavefronts(queue):
                 for item in active:
                     start, _, action, chain, chunks, place, channel = queue[item]
@@ -285,19 +284,6 @@ def _consecutive(chunks: Sequence[int]) -> bool:
     count = len(chunks)
     return chunks[-1] - chunks[0] == count - 1 and \
         list(chunks) == list(range(chunks[0], chunks[0] + count))
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: emitting allocates millions of transfers and
-    tuples, and each collection would walk them all again."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 # ------------------------------------------------------------------ splitting

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from ccweave.errors import TopologyError
+from ccweave.jsonfile import read_json
 from ccweave.topology import zoo
 from ccweave.topology.model import Link, NodeKind, Topology
 from ccweave.units import GB_PER_S, US
@@ -38,21 +39,11 @@ def load(spec: str | Path) -> Topology:
 def read(path: str | Path) -> Topology:
     """Read a topology JSON file."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise TopologyError(f"{path}: no such topology file (or give a zoo name such as "
-                            "dgx1 or ndv2:2)") from None
-    except IsADirectoryError:
-        raise TopologyError(f"{path}: is a directory, not a topology file") from None
     if path.suffix.lower() in (".yaml", ".yml"):
         raise TopologyError(f"{path}: YAML topologies are not supported; write the same "
                             "fields as JSON (docs/topology-format.md)")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise TopologyError(f"{path}: not valid JSON: {error.msg} at line {error.lineno} "
-                            f"column {error.colno}") from None
+    data = read_json(path, "give a topology JSON file (docs/topology-format.md) or a zoo "
+                           "name such as dgx1 or ndv2:2", TopologyError)
     return from_dict(data, str(path))
 
 
