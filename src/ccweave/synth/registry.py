@@ -73,9 +73,15 @@ def _load() -> None:
 
 
 def strategies() -> dict[str, Strategy]:
-    """Every registered strategy by name."""
+    """Every registered strategy by name, in :data:`STRATEGY_MODULES` order."""
     _load()
-    return dict(_REGISTRY)
+    return dict(sorted(_REGISTRY.items(), key=lambda item: _position(item[1])))
+
+
+def _position(strategy: Strategy) -> int:
+    module = strategy.build.__module__
+    return next((number for number, name in enumerate(STRATEGY_MODULES)
+                 if module == name or module.startswith(name + ".")), len(STRATEGY_MODULES))
 
 
 def get_strategy(name: str) -> Strategy:
