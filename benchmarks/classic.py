@@ -16,6 +16,7 @@ import sys
 import time
 
 from ccweave.compare import compare
+from ccweave.synth import get_strategy, strategies_for
 from ccweave.topology import zoo
 from ccweave.units import format_size, parse_size
 
@@ -29,7 +30,9 @@ def best_rows(size: int) -> list[dict[str, object]]:
     for machine in MACHINES:
         topo = zoo.get(machine)
         for kind in KINDS:
-            result = compare(topo, kind, [size])
+            classic = [name for name in strategies_for(kind, classic_only=True)
+                       if not get_strategy(name).slow]
+            result = compare(topo, kind, [size], classic)
             best = result.best(size)
             rows.append({"machine": machine, "collective": kind, "best": best.schedule,
                          "time_s": best.time_s, "bound_s": best.bound_s,
