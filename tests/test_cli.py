@@ -54,6 +54,17 @@ def test_compare_json_has_the_documented_fields(capsys):
     assert sum(r["best"] for r in rows) == 2
 
 
+def test_compare_all_adds_the_solver_strategies(capsys):
+    code, out, _ = run(capsys, "compare", "switch:4", "allgather", "--sizes", "1MB,1GB",
+                       "--json")
+    fast = {row["strategy"] for row in json.loads(out)}
+    code_all, out_all, _ = run(capsys, "compare", "switch:4", "allgather", "--sizes",
+                               "1MB,1GB", "--strategies", "all", "--json")
+    every = {row["strategy"] for row in json.loads(out_all)}
+    assert code == code_all == 0
+    assert "taccl" not in fast and every == fast | {"taccl"}
+
+
 def test_bounds_and_topo_show(tmp_path, capsys):
     code, out, _ = run(capsys, "bounds", "dgx-a100:2", "allgather", "--sizes", "1GB", "--json")
     assert code == 0 and json.loads(out)[0]["busbw_GBps"] == pytest.approx(325, rel=1e-3)

@@ -6,6 +6,7 @@ import pytest
 
 from ccweave import plan as plan_io
 from ccweave.collectives import Kind
+from ccweave.compare import compare
 from ccweave.errors import InputError
 from ccweave.plan import Plan, PlanEntry
 from ccweave.simulate import simulate
@@ -33,6 +34,27 @@ def test_best_plan_picks_the_simulated_winner_per_size(tmp_path):
         [e.schedule.transfers for e in plan.entries]
     assert [(e.min_bytes, e.max_bytes) for e in back.entries] == \
         [(e.min_bytes, e.max_bytes) for e in plan.entries]
+
+
+def test_a_sized_strategy_is_synthesized_for_each_size_in_compare_and_plans():
+    # taccl takes the size as an input: on ring:4 it falls back to ring at 1 MB and
+    # pipelines its own schedule at 1 GB; each size must be judged with its own schedule
+    topo, sizes = zoo.get("ring:4"), [2**20, 2**30]
+    result = compare(topo, Kind.ALLGATHER, sizes, ["taccl"])
+    made = {size: synthesize(topo, "allgather", "taccl", size=size) for size in sizes}
+    assert made[sizes[0]].name != made[sizes[1]].name
+    for row in result.results:
+        used = result.schedule(row)
+        assert used.name == made[row.size_bytes].name
+        assert used.transfers == made[row.size_bytes].transfers
+        assert row.time_s == pytest.approx(simulate(used, topo, row.size_bytes).time_s)
+    plan = best_plan(topo, Kind.ALLGATHER, sizes, strategies=["taccl"])
+    assert [plan.schedule_for(size).name for size in sizes] == [made[s].name for s in sizes]
+
+
+def test_a_strategy_that_is_not_sized_is_built_once_for_every_size():
+    result = compare(zoo.get("ring:4"), Kind.ALLGATHER, [2**10, 2**20, 2**30], ["ring"])
+    assert len({id(result.schedule(row)) for row in result.results}) == 1
 
 
 def test_a_schedule_file_loads_as_a_one_entry_plan(tmp_path):

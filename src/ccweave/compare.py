@@ -1,14 +1,15 @@
 """Compare strategies on one machine: synthesize, verify, simulate each over sizes, beside
 the lower bound — the table ``ccweave compare`` prints.
 
-Each schedule is built and proven once (schedules are size-agnostic) and simulated at
-every size; the best strategy per size is marked.
+Each schedule is built and proven once and simulated at every size; a strategy that takes
+the size as an input of its synthesis (``sized``: taccl) is built and proven once per size.
+The best strategy per size is marked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 
 from ccweave.bounds import Bound, lower_bound
 from ccweave.collectives import Kind
@@ -17,7 +18,7 @@ from ccweave.schedule import Schedule
 from ccweave.simulate import simulate
 from ccweave.synth.registry import get_strategy, strategies_for, synthesize
 from ccweave.topology.model import Topology
-from ccweave.units import GB_PER_S
+from ccweave.units import GB_PER_S, format_size
 from ccweave.verify import verify
 
 
@@ -54,10 +55,18 @@ class Comparison:
     results: tuple[Result, ...]
     skipped: tuple[Skipped, ...]
     bounds: tuple[Bound, ...]
+    schedules: Mapping[tuple[str, int], Schedule] = field(default_factory=dict, repr=False,
+                                                          compare=False)
+    """The proven schedule behind each result, by (strategy, size_bytes); strategies
+    that are not ``sized`` share one schedule over all sizes."""
 
     def best(self, size_bytes: int) -> Result:
         return min((r for r in self.results if r.size_bytes == size_bytes),
                    key=lambda r: r.time_s)
+
+    def schedule(self, result: Result) -> Schedule:
+        """The schedule ``result`` was simulated with."""
+        return self.schedules[result.strategy, result.size_bytes]
 
 
 def default_strategies(kind: Kind) -> list[str]:
@@ -88,20 +97,32 @@ def compare(topology: Topology, kind: Kind | str, sizes: Sequence[int],
     bounds = tuple(lower_bound(topology, kind, size, root=root) for size in sizes)
     rows: list[Result] = []
     skipped: list[Skipped] = []
+    built: dict[tuple[str, int], Schedule] = {}
     for name in names:
-        if progress:
-            progress(f"{name}: synthesize and verify")
+        per_size = get_strategy(name).sized
+        schedules: dict[int, Schedule] = {}
         try:
-            schedule = build_verified(topology, kind, name, root=root, chunks=chunks)
+            for size in sizes:
+                if per_size or not schedules:
+                    if progress:
+                        at = f" for {format_size(size)}" if per_size else ""
+                        progress(f"{name}: synthesize{at} and verify")
+                    sized = {"size": size} if per_size else {}
+                    schedules[size] = build_verified(topology, kind, name, root=root,
+                                                     chunks=chunks, **sized)
+                else:
+                    schedules[size] = next(iter(schedules.values()))
         except NotApplicableError as error:
             skipped.append(Skipped(name, str(error)))
             continue
         for size, bound in zip(sizes, bounds, strict=True):
-            rows.append(_result(name, schedule, topology, size, bound))
+            built[name, size] = schedules[size]
+            rows.append(_result(name, schedules[size], topology, size, bound))
     if not rows:
         reasons = "; ".join(f"{s.strategy}: {s.reason}" for s in skipped)
         raise CCWeaveError(f"no strategy builds {kind.value} on {topology.name} ({reasons})")
-    return Comparison(topology.name, kind, tuple(_mark_best(rows)), tuple(skipped), bounds)
+    return Comparison(topology.name, kind, tuple(_mark_best(rows)), tuple(skipped), bounds,
+                      built)
 
 
 def _result(name: str, schedule: Schedule, topology: Topology, size: int,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ccweave.commands import _inputs, _output
 from ccweave.compare import compare
+from ccweave.synth.registry import strategies_for
 from ccweave.units import format_size
 
 ORDER = 60
@@ -14,7 +15,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("topology", help=_inputs.TOPO_HELP)
     parser.add_argument("collective")
     parser.add_argument("--sizes", default="1KB:1GB:32", help="e.g. 1KB:1GB or 1MB,1GB")
-    parser.add_argument("--strategies", help="comma-separated (default: every fast one)")
+    parser.add_argument("--strategies",
+                        help="comma-separated, or 'all' to add the slow (solver) ones "
+                             "(default: every fast one)")
     parser.add_argument("--root", type=int, default=0)
     parser.add_argument("--chunks", type=int)
     _output.add_json_flag(parser)
@@ -25,6 +28,8 @@ def run(args) -> int:
     topo = _inputs.topology(args.topology)
     kind = _inputs.kind(args.collective)
     names = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
+    if names == ["all"]:
+        names = strategies_for(kind)
     progress = None if args.json else _output.progress_printer()
     result = compare(topo, kind, _inputs.sizes(args.sizes), names, root=args.root,
                      chunks=args.chunks, progress=progress)

@@ -44,6 +44,9 @@ class Strategy:
     """Classic strategies (ring, trees, ...) are the baselines new ones are compared with."""
     slow: bool = False
     """Slow strategies (solvers) run in ``compare`` only when named."""
+    sized: bool = False
+    """The size is an input of the synthesis (option ``size``): ``compare`` builds one
+    schedule per size, as TACCL synthesizes one per size."""
 
 
 _REGISTRY: dict[str, Strategy] = {}
@@ -51,14 +54,15 @@ _loaded = False
 
 
 def register(name: str, collectives: set[Kind] | frozenset[Kind], description: str,
-             classic: bool = True, slow: bool = False) -> Callable[[Build], Build]:
+             classic: bool = True, slow: bool = False,
+             sized: bool = False) -> Callable[[Build], Build]:
     """Decorator: register ``build`` as strategy ``name`` for ``collectives``."""
 
     def decorate(build: Build) -> Build:
         if name in _REGISTRY and _REGISTRY[name].build is not build:
             raise ValueError(f"strategy {name!r} is registered twice")
         _REGISTRY[name] = Strategy(name, frozenset(collectives), build, description, classic,
-                                   slow)
+                                   slow, sized)
         return build
 
     return decorate

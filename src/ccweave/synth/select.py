@@ -11,8 +11,9 @@ import math
 from collections.abc import Callable, Sequence
 
 from ccweave.collectives import Kind
-from ccweave.compare import build_verified, compare
+from ccweave.compare import compare
 from ccweave.plan import Plan, PlanEntry
+from ccweave.schedule import Schedule
 from ccweave.topology.model import Topology
 
 DEFAULT_SIZES = tuple(2**k for k in range(10, 31, 2))  # 1 KB .. 1 GB
@@ -25,14 +26,13 @@ def best_plan(topology: Topology, kind: Kind | str, sizes: Sequence[int] = DEFAU
     kind = Kind.parse(kind)
     sizes = sorted(set(sizes))
     result = compare(topology, kind, sizes, strategies, root=root, progress=progress)
-    winners = [result.best(size).strategy for size in sizes]
-    entries: list[tuple[int, str]] = []  # (min_bytes, strategy)
+    winners = [result.schedule(result.best(size)) for size in sizes]
+    entries: list[tuple[int, Schedule]] = []  # (min_bytes, the proven schedule)
     for number, winner in enumerate(winners):
-        if not entries or entries[-1][1] != winner:
+        if not entries or entries[-1][1] is not winner:
             start = 0 if number == 0 else int(math.sqrt(sizes[number - 1] * sizes[number]))
             entries.append((start, winner))
-    built = {name: build_verified(topology, kind, name, root=root) for _, name in entries}
     bounds = [start for start, _ in entries[1:]] + [None]
-    return Plan(tuple(PlanEntry(start, end, built[name])
-                      for (start, name), end in zip(entries, bounds)),
+    return Plan(tuple(PlanEntry(start, end, schedule)
+                      for (start, schedule), end in zip(entries, bounds)),
                 name=f"auto({topology.name}, {kind.value})")

@@ -377,7 +377,7 @@ def _best_classic(topology: Topology, kind: Kind, size: int
 @register("taccl", KINDS,
           "TACCL: a communication sketch, a routing MILP, greedy ordering and a contiguity "
           "MILP (HiGHS); reduce-scatter by reversal, allreduce = RS + AG; options sketch, "
-          "size, time_limit", classic=False, slow=True)
+          "size, time_limit", classic=False, slow=True, sized=True)
 def build_taccl(topology: Topology, kind: Kind, *, root: int = 0, chunks: int | None = None,
                 **options: object) -> Schedule:
     """Synthesize with TACCL's stages; see the module docstring and :class:`TacclOptions`.
