@@ -97,3 +97,17 @@ def test_import_of_a_wrong_algorithm_writes_it_and_exits_1(tmp_path, capsys):
     report = json.loads(out)
     assert code == 1 and not report["verified"] and report["runtime_problems"]
     assert (tmp_path / "x.json").exists()
+
+
+def test_export_says_which_pinned_routes_msccl_cannot_keep(tmp_path, capsys):
+    sched, xml = tmp_path / "p2p.json", tmp_path / "p2p.xml"
+    assert run(capsys, "synth", "mist", "sendrecv", "--strategy", "multipath",
+               "-o", str(sched))[0] == 0
+    code, out, _ = run(capsys, "export", str(sched), "-o", str(xml), "--json")
+    notes = json.loads(out)["notes"]
+    assert code == 0 and len(notes) == 1 and "through cpu0" in notes[0]
+    ring = tmp_path / "ring.json"
+    assert run(capsys, "synth", "switch:4", "allgather", "--strategy", "ring",
+               "-o", str(ring))[0] == 0
+    code, out, _ = run(capsys, "export", str(ring), "-o", str(tmp_path / "r.xml"), "--json")
+    assert code == 0 and json.loads(out)["notes"] == []

@@ -65,8 +65,10 @@ def run(args) -> int:
         files = msccl_xml.export_plan(plan, output, proto=args.proto, instances=args.instances,
                                       runtime=args.runtime)
     rows = [_summary(path) for path in files]
+    notes = [note for entry in plan.entries for note in msccl_xml.export_notes(entry.schedule)]
     if args.json:
-        _output.print_json({"input": args.input, "runtime": args.runtime, "files": rows})
+        _output.print_json({"input": args.input, "runtime": args.runtime, "files": rows,
+                            "notes": notes})
         return 0
     for row in rows:
         if row.get("config"):
@@ -78,6 +80,8 @@ def run(args) -> int:
             f"wrote {row['file']}: {row['coll']} on {row['ngpus']} gpus, {row['nchannels']} "
             f"channel(s), up to {row['threadblocks']} threadblocks and {row['max_steps']} "
             f"steps per threadblock ({steps}); proto {row['proto']}")
+    for note in notes:
+        _output.console.print(f"note: {note}")
     return 0
 
 

@@ -84,6 +84,19 @@ def to_xml(schedule: Schedule, *, proto: str = DEFAULT_PROTO, instances: int = 1
     return text
 
 
+def export_notes(schedule: Schedule) -> list[str]:
+    """What the XML cannot say about ``schedule``: transfers pinned to a route through
+    fabric nodes (``via``: host staging, one of several NVSwitch planes) become plain
+    sends, because MSCCL picks each send's path itself. The XML stays correct."""
+    pinned = [t for t in schedule.transfers if t.via]
+    if not pinned:
+        return []
+    nodes = sorted({node for t in pinned for node in t.via})
+    return [f"{schedule.name or 'the schedule'}: {len(pinned)} transfer(s) pinned to routes "
+            f"through {', '.join(nodes)} become plain sends (MSCCL picks each send's path); "
+            "the algorithm stays correct, the striping over those routes is not kept"]
+
+
 def write(schedule: Schedule, path: str | Path, **options: object) -> Path:
     """Write :func:`to_xml` to ``path``; returns the path."""
     path = Path(path)
