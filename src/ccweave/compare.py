@@ -99,19 +99,8 @@ def compare(topology: Topology, kind: Kind | str, sizes: Sequence[int],
     skipped: list[Skipped] = []
     built: dict[tuple[str, int], Schedule] = {}
     for name in names:
-        per_size = get_strategy(name).sized
-        schedules: dict[int, Schedule] = {}
         try:
-            for size in sizes:
-                if per_size or not schedules:
-                    if progress:
-                        at = f" for {format_size(size)}" if per_size else ""
-                        progress(f"{name}: synthesize{at} and verify")
-                    sized = {"size": size} if per_size else {}
-                    schedules[size] = build_verified(topology, kind, name, root=root,
-                                                     chunks=chunks, **sized)
-                else:
-                    schedules[size] = next(iter(schedules.values()))
+            schedules = _schedules(topology, kind, name, sizes, root, chunks, progress)
         except NotApplicableError as error:
             skipped.append(Skipped(name, str(error)))
             continue
@@ -123,6 +112,23 @@ def compare(topology: Topology, kind: Kind | str, sizes: Sequence[int],
         raise CCWeaveError(f"no strategy builds {kind.value} on {topology.name} ({reasons})")
     return Comparison(topology.name, kind, tuple(_mark_best(rows)), tuple(skipped), bounds,
                       built)
+
+
+def _schedules(topology: Topology, kind: Kind, name: str, sizes: Sequence[int], root: int,
+               chunks: int | None, progress: Callable[[str], None] | None
+               ) -> dict[int, Schedule]:
+    """The proven schedule for each size: one per size for a ``sized`` strategy, else one
+    for all."""
+
+    def build(**sized: int) -> Schedule:
+        if progress:
+            at = f" for {format_size(sized['size'])}" if sized else ""
+            progress(f"{name}: synthesize{at} and verify")
+        return build_verified(topology, kind, name, root=root, chunks=chunks, **sized)
+
+    if get_strategy(name).sized:
+        return {size: build(size=size) for size in sizes}
+    return dict.fromkeys(sizes, build())
 
 
 def _result(name: str, schedule: Schedule, topology: Topology, size: int,
