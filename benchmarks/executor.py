@@ -28,15 +28,7 @@ from pathlib import Path
 from ccweave.units import format_size, parse_size, parse_sizes
 
 TARGET_RATIO = 1.3
-TWO_NODES = {
-    "name": "two-nodes", "ranks": 4,
-    "fabric": {"sw0": "switch", "sw1": "switch", "net": "switch"},
-    "links": [{"src": r, "dst": f"sw{r // 2}", "bw_GBps": 100, "alpha_us": 0.5, "duplex": True}
-              for r in range(4)]
-             + [{"src": f"sw{n}", "dst": "net", "bw_GBps": 25, "alpha_us": 2, "duplex": True}
-                for n in range(2)],
-    "groups": {"node": [[0, 1], [2, 3]]},
-}
+TWO_NODES = Path(__file__).resolve().parents[1] / "examples/topologies/two-nodes.json"
 """4 ranks on two nodes, so the hierarchical strategy builds too (8 ranks: cedar:2)."""
 
 
@@ -51,9 +43,7 @@ def correctness(args, folder: Path) -> dict:
     from ccweave.runtime import batch
     from ccweave.topology.io import load
 
-    topo_file = folder / "two-nodes.json"
-    topo_file.write_text(json.dumps(TWO_NODES))
-    machines = {4: str(topo_file), 8: "cedar:2"}
+    machines = {4: str(TWO_NODES), 8: "cedar:2"}
     sizes = tuple(parse_sizes(args.sizes))
     summary = {}
     for ranks in args.ranks:

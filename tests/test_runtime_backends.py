@@ -1,4 +1,4 @@
-"""Real processes: every collective and classic strategy at 4 ranks (and a few at 8) over
+"""Real processes: every collective and classic strategy at 4 and 8 ranks over
 gloo and over MPI (mpirun), out of place and in place, dtypes and reductions rotating,
 every element checked. One job per backend and size of world runs the whole matrix."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -24,15 +24,8 @@ EIGHT_SIZES = (2048, 24576)
 """At 8 ranks every classic schedule runs at two small sizes (2 KB: the smallest every
 dtype fills at 144 chunks); benchmarks/executor.py runs the whole 1 KB..64 MB ladder."""
 
-TWO_NODES = {
-    "name": "two-nodes", "ranks": 4,
-    "fabric": {"sw0": "switch", "sw1": "switch", "net": "switch"},
-    "links": [{"src": r, "dst": f"sw{r // 2}", "bw_GBps": 100, "alpha_us": 0.5, "duplex": True}
-              for r in range(4)]
-             + [{"src": f"sw{n}", "dst": "net", "bw_GBps": 25, "alpha_us": 2, "duplex": True}
-                for n in range(2)],
-    "groups": {"node": [[0, 1], [2, 3]]},
-}
+TWO_NODES = Path(__file__).resolve().parents[1] / "examples/topologies/two-nodes.json"
+"""4 ranks on two nodes (so the hierarchical strategy builds too)."""
 
 needs_mpi = pytest.mark.skipif(
     shutil.which("mpirun") is None or importlib.util.find_spec("mpi4py") is None,
@@ -50,10 +43,8 @@ def classic_cases(topology: str, sizes: tuple[int, ...]) -> list[batch.Case]:
     return cases
 
 
-def four_rank_cases(tmp_path) -> list[batch.Case]:
-    path = tmp_path / "two-nodes.json"
-    path.write_text(json.dumps(TWO_NODES))
-    return classic_cases(str(path), SIZES)
+def four_rank_cases() -> list[batch.Case]:
+    return classic_cases(str(TWO_NODES), SIZES)
 
 
 def eight_rank_cases() -> list[batch.Case]:
@@ -73,7 +64,7 @@ def check(results: list[dict], cases: list[batch.Case]) -> None:
 
 def test_every_collective_and_classic_strategy_on_4_gloo_ranks(tmp_path, monkeypatch):
     monkeypatch.setenv("CCWEAVE_SHM_MIN_BYTES", "1024")  # 1 KB runs over TCP, 40 KB shm
-    cases = four_rank_cases(tmp_path)
+    cases = four_rank_cases()
     assert len({c.name.split("/")[0] for c in cases}) == 9  # every classic strategy
     assert len({c.schedule.collective.kind for c in cases}) == 8  # every collective
     check(batch.launch(cases, 4, tmp_path, "gloo"), cases)
@@ -89,7 +80,7 @@ def test_every_collective_and_classic_strategy_on_8_gloo_ranks(tmp_path, monkeyp
 
 @needs_mpi
 def test_every_collective_and_classic_strategy_on_4_mpi_ranks(tmp_path):
-    cases = four_rank_cases(tmp_path)
+    cases = four_rank_cases()
     check(batch.launch(cases, 4, tmp_path, "mpi"), cases)
 
 
