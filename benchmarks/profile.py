@@ -18,16 +18,28 @@ import time
 from pathlib import Path
 
 from ccweave.profile import Profile
-from ccweave.testbed import Testbed, Uplink, run_ranks, unavailable_reason
+from ccweave.testbed import Testbed, emulate, run_ranks, unavailable_reason
+from ccweave.topology.model import Link, NodeKind, Topology
 
 TOLERANCE = 0.10
 
 
-def profile_on(uplinks: list[Uplink], sizes: str, iters: int) -> tuple[Profile, float]:
+def star(rates_mbit: list[float]) -> Topology:
+    """Hosts on one switch, each with its own uplink rate (two hosts: one direct link)."""
+    links = []
+    if len(rates_mbit) == 2:
+        rate = min(rates_mbit) * 1e6 / 8
+        return Topology("pair", 2, (Link(0, 1, rate), Link(1, 0, rate)))
+    for rank, rate in enumerate(rates_mbit):
+        links += [Link(rank, "sw", rate * 1e6 / 8), Link("sw", rank, rate * 1e6 / 8)]
+    return Topology("star", len(rates_mbit), tuple(links), {"sw": NodeKind.SWITCH})
+
+
+def profile_on(rates: list[float], sizes: str, iters: int) -> tuple[Profile, float]:
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "profile.json"
         start = time.perf_counter()
-        with Testbed(uplinks) as bed:
+        with Testbed(emulate(star(rates), max_rate_mbit=max(rates))) as bed:
             run_ranks(bed, ["profile", "--sizes", sizes, "--iters", str(iters), "--warmup",
                             "1", "--no-cuda", "--worker-out", str(out)], timeout=600)
         return Profile.load(out), time.perf_counter() - start
@@ -46,18 +58,18 @@ def main() -> int:
     if reason:
         print(f"skipped: {reason}")
         return 0
-    setups = [[Uplink(float(r)), Uplink(float(r))] for r in args.rates.split(",")]
+    setups = [[float(r), float(r)] for r in args.rates.split(",")]
     if args.star:
-        setups.append([Uplink(800), Uplink(800), Uplink(400)])
+        setups.append([800.0, 800.0, 400.0])
     rows, ok = [], True
-    for uplinks in setups:
-        profile, seconds = profile_on(uplinks, args.sizes, args.iters)
+    for rates in setups:
+        profile, seconds = profile_on(rates, args.sizes, args.iters)
         for pair in profile.pairs:
-            configured = min(uplinks[pair.a].bandwidth, uplinks[pair.b].bandwidth)
+            configured = min(rates[pair.a], rates[pair.b]) * 1e6 / 8
             f = pair.curve.fit
             error = f.bandwidth / configured - 1
             ok &= abs(error) <= TOLERANCE
-            rows.append({"hosts": len(uplinks), "pair": f"{pair.a}<->{pair.b}",
+            rows.append({"hosts": len(rates), "pair": f"{pair.a}<->{pair.b}",
                          "configured_MBps": configured / 1e6,
                          "recovered_MBps": f.bandwidth / 1e6, "error": error,
                          "alpha_us": f.alpha * 1e6, "r2": f.r2, "seconds": seconds})

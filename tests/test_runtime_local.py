@@ -15,9 +15,9 @@ from ccweave.collectives import Kind  # noqa: E402
 from ccweave.errors import InputError, RuntimeFault  # noqa: E402
 from ccweave.runtime import reference  # noqa: E402
 from ccweave.runtime.batch import classic_schedules  # noqa: E402
-from ccweave.runtime.bench import Options, measure  # noqa: E402
 from ccweave.runtime.executor import Executor  # noqa: E402
 from ccweave.runtime.layout import layout_for_bytes  # noqa: E402
+from ccweave.runtime.measure import Options, measure  # noqa: E402
 from ccweave.runtime.reduce_ops import RedOp  # noqa: E402
 from ccweave.runtime.transport.local import LocalFabric, run_threads  # noqa: E402
 from ccweave.runtime.transport.shm import ShmTransport  # noqa: E402

@@ -1,19 +1,28 @@
-"""The netns testbed: namespaces and shaped veths come and go, and the profiler recovers
-the configured bandwidth of an emulated link (root and iproute2 needed, else skipped)."""
+"""The netns testbed: the emulation plan follows the model (pure, everywhere); where the
+host can build one (root, iproute2), namespaces and shaped veths come and go, a real job
+runs with 0 wrong elements, and the profiler recovers an emulated link's bandwidth."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 
 import pytest
+from hypothesis import given, settings
 
 from ccweave.errors import InputError
 from ccweave.profile import Profile, flat
-from ccweave.testbed import Testbed, Uplink, run_ranks, unavailable_reason
+from ccweave.testbed import Testbed, clear_leftovers, emulate, run_ranks, unavailable_reason
+from ccweave.testbed.emulation import Emulation, scale_for
+from ccweave.topology import io as topology_io
+from ccweave.topology.model import Link, NodeKind, Topology
+from tests.strategies import topologies
 
 REASON = unavailable_reason()
 needs_netns = pytest.mark.skipif(REASON is not None, reason=REASON or "")
-RATE_MBIT = 800
+RAIL = "examples/topologies/rail-2x4.json"
+SHARED_NIC = "examples/topologies/shared-nic-2x4.json"
 
 
 def namespaces() -> set[str]:
@@ -21,42 +30,190 @@ def namespaces() -> set[str]:
     return {line.split()[0] for line in listed.splitlines() if line.strip()}
 
 
-def test_uplinks_and_hosts_are_checked():
-    with pytest.raises(InputError, match="positive rate"):
-        Uplink(0)
-    with pytest.raises(InputError, match="at least two hosts"):
-        Testbed([Uplink(100)])
-    assert Uplink(800).bandwidth == 100e6
+def star(rates_mbit: list[float], name: str = "star") -> Topology:
+    """Ranks on one switch, each with its own uplink rate both ways."""
+    links = []
+    for rank, rate in enumerate(rates_mbit):
+        bandwidth = rate * 1e6 / 8
+        links += [Link(rank, "sw", bandwidth), Link("sw", rank, bandwidth)]
+    return Topology(name, len(rates_mbit), tuple(links), {"sw": NodeKind.SWITCH})
+
+
+def walk(emulation: Emulation, src: int, dst: int) -> list[tuple[object, object]]:
+    """The links a packet from ``src`` to ``dst`` crosses, following the planned routes
+    (source rules first, as the kernel's policy routing does)."""
+    by_device = {}
+    for wire in emulation.wires:
+        by_device[wire.a.node, wire.a.device] = wire.b.node
+        by_device[wire.b.node, wire.b.device] = wire.a.node
+    hops, node = [], src
+    while node != dst:
+        routes = [r for r in emulation.routes if r.node == node and r.dst == dst]
+        chosen = next((r for r in routes if r.src == src), None) or \
+            next(r for r in routes if r.src is None)
+        far = by_device[node, chosen.device]
+        hops.append((node, far))
+        node = far
+        assert len(hops) <= len(emulation.topology.nodes), "routing loop"
+    return hops
+
+
+def model_hops(topology: Topology, src: int, dst: int) -> list[tuple[object, object]]:
+    return [(topology.links[i].src, topology.links[i].dst) for i in topology.route(src, dst)]
+
+
+@pytest.mark.parametrize("spec", [RAIL, SHARED_NIC, "dgx1", "ndv2:2", "mist"])
+def test_every_pair_takes_the_models_route(spec):
+    topology = topology_io.load(spec)
+    emulation = emulate(topology)
+    for src in topology.ranks:
+        for dst in topology.ranks:
+            if src != dst:
+                assert walk(emulation, src, dst) == model_hops(topology, src, dst)
+
+
+@settings(max_examples=40, deadline=None)
+@given(topologies(min_ranks=2, max_ranks=6))
+def test_routes_follow_the_model_on_random_topologies(topology):
+    emulation = emulate(topology, max_rate_mbit=1e9)
+    for src in topology.ranks:
+        for dst in topology.ranks:
+            if src == dst:
+                continue
+            hops = walk(emulation, src, dst)  # every pair reaches the other
+            if topology.has_route(src, dst):
+                assert hops == model_hops(topology, src, dst)
+            else:  # relayed by ranks that forward (start-up traffic only)
+                relayed = {a for a, _ in hops[1:]}
+                assert relayed & set(topology.ranks) <= emulation.relays
+
+
+def test_each_direction_is_shaped_at_its_links_bandwidth_times_the_scale():
+    topology = topology_io.load(RAIL)
+    emulation = emulate(topology)
+    assert emulation.scale == 1.0  # 400 Mbit/s at most: shaped as it is
+    assert len(emulation.wires) == 12 + 8  # 6 pairs in each node, 8 rails
+    for wire in emulation.wires:
+        for here, there in ((wire.a, wire.b), (wire.b, wire.a)):
+            assert here.rate_bps == topology.link(here.node, there.node).bandwidth
+    fast = topology_io.load("dgx1")
+    scaled = emulate(fast, max_rate_mbit=400)
+    assert scaled.scale == pytest.approx(400e6 / 8 / max(fast.bandwidths))
+    assert scale_for(fast, 400) == scaled.scale
+    assert scaled.to_machine_time(2.0) == pytest.approx(2.0 * scaled.scale)
+
+
+class _Detour(Topology):
+    """Rank 0's traffic to rank 2 leaves the hub through "alt", everyone else's
+    straight (as equal-cost routes can come out of per-source shortest paths)."""
+
+    def route(self, src, dst):
+        if (src, dst) == (0, 2):
+            return tuple(self.link_id[pair] for pair in ((0, "hub"), ("hub", "alt"),
+                                                         ("alt", 2)))
+        return super().route(src, dst)
+
+
+def test_a_fabric_node_splits_one_destination_by_source_where_the_model_does():
+    links = []
+    for a, b in ((0, "hub"), (1, "hub"), ("hub", 2), ("hub", "alt"), ("alt", 2)):
+        links += [Link(a, b, 100e6), Link(b, a, 100e6)]
+    topology = _Detour("detour", 3, tuple(links), {"hub": NodeKind.SWITCH,
+                                                   "alt": NodeKind.SWITCH})
+    emulation = emulate(topology)
+    rules = [route for route in emulation.routes if route.src is not None]
+    assert [(r.node, r.dst) for r in rules] == [("hub", 2)]  # one source follows a rule
+    for src in topology.ranks:
+        for dst in topology.ranks:
+            if src != dst:
+                assert walk(emulation, src, dst) == model_hops(topology, src, dst)
+
+
+def test_machines_that_cannot_be_emulated_faithfully_are_refused():
+    with pytest.raises(InputError, match="one rank"):
+        emulate(star([100]))
+    with pytest.raises(InputError, match="raise --max-rate"):
+        emulate(star([400, 0.001]), max_rate_mbit=400)
 
 
 @needs_netns
 def test_testbed_builds_shaped_links_and_cleans_up():
-    with Testbed([Uplink(100), Uplink(200), Uplink(300)]) as bed:
-        made = set(bed.namespaces) | {bed.switch}
+    topology = star([100, 200, 300])
+    emulation = emulate(topology, tag="tst0", subnet=201)
+    with Testbed(emulation) as bed:
+        made = set(emulation.namespaces)
         assert made <= namespaces()
-        shown = subprocess.run(["ip", "-n", bed.namespaces[2], "addr", "show", "ccw0"],
+        device = emulation.data_device(2)
+        shown = subprocess.run(["ip", "-n", emulation.namespace(2), "addr", "show", device],
                                capture_output=True, text=True).stdout
-        assert bed.address(2) in shown
-        qdisc = subprocess.run(["tc", "-n", bed.namespaces[1], "qdisc", "show", "dev", "ccw0"],
+        assert emulation.address(2) in shown
+        qdisc = subprocess.run(["tc", "-n", emulation.namespace(1), "qdisc", "show"],
                                capture_output=True, text=True).stdout
-        assert "tbf" in qdisc and "200Mbit" in qdisc
+        assert "tbf" in qdisc
+        assert bed.command(0, ["true"])[:4] == ["ip", "netns", "exec", emulation.namespace(0)]
     assert not made & namespaces()
-    with pytest.raises(RuntimeError), Testbed([Uplink(100), Uplink(100)]) as bed:
-        made = set(bed.namespaces)
+    with pytest.raises(RuntimeError), Testbed(emulation):
         raise RuntimeError("a failure inside")
     assert not made & namespaces()
+
+
+@needs_netns
+def test_a_collective_runs_on_a_3_rank_testbed_with_no_wrong_element_and_no_leftover(tmp_path):
+    pytest.importorskip("torch")
+    topology = star([400, 400, 200], name="three")
+    path = tmp_path / "three.json"
+    path.write_text(json.dumps({"name": "three", "ranks": 3, "fabric": {"sw": "switch"},
+                                "links": [{"src": r, "dst": "sw", "bw_GBps": rate / 8000,
+                                           "duplex": True}
+                                          for r, rate in enumerate([400, 400, 200])]}))
+    emulation = emulate(topology, tag="tst1", subnet=202)
+    with Testbed(emulation) as bed:
+        made = set(emulation.namespaces)
+        outputs = run_ranks(bed, ["run", str(path), "allreduce", "--strategy", "ring",
+                                  "--sizes", "64KB,1MB", "--iters", "2", "--warmup", "1",
+                                  "--json"], timeout=120)
+    report = json.loads(outputs[0][outputs[0].index("{"):])
+    assert report["ranks"] == 3 and len(report["rows"]) == 2
+    assert report["wrong"] == 0
+    assert all(row["out_of_place"]["wrong"] == 0 for row in report["rows"])
+    assert not made & namespaces()
+
+
+@needs_netns
+def test_down_clears_what_a_killed_process_left():
+    emulation = emulate(star([100, 100]), tag="tst2", subnet=203)
+    bed = Testbed(emulation)
+    bed.__enter__()  # as if the process died before __exit__
+    assert set(emulation.namespaces) <= namespaces()
+    spaces, _ = clear_leftovers(emulation.tag)
+    assert spaces == len(emulation.namespaces)
+    assert not set(emulation.namespaces) & namespaces()
 
 
 @needs_netns
 def test_profile_recovers_the_emulated_bandwidth(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "profile.json"
-    with Testbed([Uplink(RATE_MBIT), Uplink(RATE_MBIT)]) as bed:
+    rate = 800
+    with Testbed(emulate(star([rate, rate]), max_rate_mbit=rate, tag="tst3", subnet=204)) as bed:
         run_ranks(bed, ["profile", "--sizes", "256KB:16MB", "--iters", "5", "--warmup", "1",
                         "--no-cuda", "--worker-out", str(out)], timeout=150)
     profile = Profile.load(out)
     fit = profile.pair(0, 1).curve.fit
-    configured = RATE_MBIT * 1e6 / 8
+    configured = rate * 1e6 / 8
     assert fit.bandwidth == pytest.approx(configured, rel=0.10)
     assert fit.r2 > 0.95  # 0.9999 on a quiet host; a loaded one (the suite on 2 cores) ~0.98
     assert flat(profile).route_bandwidth(0, 1) == pytest.approx(fit.bandwidth)
+
+
+def test_testbed_commands_say_why_when_the_host_cannot_build_one(monkeypatch):
+    from ccweave.testbed import netns
+
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    assert "root" in netns.unavailable_reason()
+    done = subprocess.run([sys.executable, "-c",
+                           "import os; os.geteuid = lambda: 1000;"
+                           "from ccweave.cli import main; raise SystemExit(main(['testbed', "
+                           "'up', 'ring:4']))"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "root" in done.stderr and "Traceback" not in done.stderr

@@ -93,7 +93,7 @@ def run(args) -> int:
 
 
 def _options(args):
-    from ccweave.runtime.bench import Options, parse_dtype
+    from ccweave.runtime.measure import Options, parse_dtype
     from ccweave.runtime.reduce_ops import RedOp
 
     if args.iters < 1 or args.warmup < 0:
@@ -155,9 +155,9 @@ def _launch(args, plan: Plan, nproc: int) -> int:
 
 
 def _work(args, job, plan: Plan, sizes: list[int], options) -> int:
-    from ccweave.runtime.bench import measure
     from ccweave.runtime.job import connect, disconnect, fail_fast
     from ccweave.runtime.launch import WRONG_EXIT
+    from ccweave.runtime.measure import measure
 
     transport = connect(args.backend, job, args.timeout)
     progress = None

@@ -11,25 +11,29 @@ import argparse
 import json
 import resource
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ccweave import schedule as schedule_io
-from ccweave.collectives import Kind
+from ccweave.collectives import Collective, Kind
 from ccweave.errors import CCWeaveError, InputError, NotApplicableError
-from ccweave.runtime.bench import Options, Runner, parse_dtype, type_name
+from ccweave.runtime.layout import layout_for_bytes
+from ccweave.runtime.measure import Options, Result, Runner, measure_call, parse_dtype, type_name
+from ccweave.runtime.native import native_call, native_name
 from ccweave.runtime.reduce_ops import RedOp
 from ccweave.schedule import Schedule
+from ccweave.units import format_size
 from ccweave.verify import verify
 
 
 @dataclass(frozen=True)
 class Case:
-    """One schedule to run at ``sizes`` with ``dtype``, ``op`` and ``modes``."""
+    """One schedule to run at ``sizes`` with ``dtype``, ``op`` and ``modes``; or, when
+    ``native`` is set instead, the backend's own collective (out of place)."""
 
     name: str
-    schedule: Schedule
+    schedule: Schedule | None
     sizes: tuple[int, ...]
     dtype: str = "float32"
     op: str = "sum"
@@ -37,6 +41,12 @@ class Case:
     iters: int = 1
     warmup: int = 0
     tags: dict[str, object] = field(default_factory=dict)
+    native: Collective | None = None
+    reps: int = 1
+
+    def __post_init__(self) -> None:
+        if (self.schedule is None) == (self.native is None):
+            raise InputError(f"case {self.name!r}: give a schedule or a native collective")
 
 
 def classic_schedules(topology, kinds: Sequence[Kind] | None = None,
@@ -64,29 +74,62 @@ def classic_schedules(topology, kinds: Sequence[Kind] | None = None,
 
 def save(cases: Sequence[Case], path: str | Path) -> None:
     Path(path).write_text(json.dumps([
-        {"name": c.name, "schedule": schedule_io.to_dict(c.schedule), "sizes": list(c.sizes),
-         "dtype": c.dtype, "op": c.op, "modes": list(c.modes), "iters": c.iters,
-         "warmup": c.warmup, "tags": c.tags} for c in cases]))
+        {"name": c.name, "sizes": list(c.sizes), "dtype": c.dtype, "op": c.op,
+         "modes": list(c.modes), "iters": c.iters, "warmup": c.warmup, "tags": c.tags,
+         "reps": c.reps,
+         "schedule": schedule_io.to_dict(c.schedule) if c.schedule is not None else None,
+         "native": _collective_dict(c.native) if c.native is not None else None}
+        for c in cases]))
 
 
 def load(path: str | Path) -> list[Case]:
-    return [Case(item["name"], schedule_io.from_dict(item["schedule"]), tuple(item["sizes"]),
-                 item["dtype"], item["op"], tuple(item["modes"]), item["iters"],
-                 item["warmup"], item["tags"]) for item in json.loads(Path(path).read_text())]
+    return [Case(item["name"],
+                 schedule_io.from_dict(item["schedule"]) if item["schedule"] else None,
+                 tuple(item["sizes"]), item["dtype"], item["op"], tuple(item["modes"]),
+                 item["iters"], item["warmup"], item["tags"],
+                 Collective(**item["native"]) if item["native"] else None, item["reps"])
+            for item in json.loads(Path(path).read_text())]
 
 
-def run_cases(cases: Sequence[Case], transport, timeout: float = 60.0) -> list[dict]:
-    """Every case at every size on this rank; the same list on every rank."""
+def _collective_dict(coll: Collective) -> dict[str, object]:
+    return {"kind": coll.kind.value, "num_ranks": coll.num_ranks,
+            "chunks_per_rank": coll.chunks_per_rank, "root": coll.root, "peer": coll.peer}
+
+
+def run_cases(cases: Sequence[Case], transport, timeout: float = 60.0,
+              progress: Callable[[str], None] | None = None) -> list[dict]:
+    """Every case at every size on this rank; the same list on every rank.
+
+    ``progress`` hears ``"i/total label"`` before each measurement (on rank 0 only)."""
     results = []
+    total = sum(len(case.sizes) for case in cases)
     for case in cases:
         options = Options(parse_dtype(case.dtype), RedOp.parse(case.op), case.iters,
-                          case.warmup, True, case.modes, timeout)
-        runner = Runner(case.schedule, transport, options)
+                          case.warmup, True, case.modes, timeout, reps=case.reps)
+        runner = Runner(case.schedule, transport, options) if case.schedule else None
         for size in case.sizes:
-            row = runner.row(size)
+            if progress and transport.rank == 0:
+                progress(f"{len(results) + 1}/{total} {case.name} {format_size(size)}")
+            if runner is not None:
+                row = runner.row(size).to_dict()
+            else:
+                assert case.native is not None
+                row = native_row(case.native, size, transport, options)
             results.append({"case": case.name, "tags": case.tags,
-                            "type": type_name(options.dtype), **row.to_dict()})
+                            "type": type_name(options.dtype), **row})
     return results
+
+
+def native_row(coll: Collective, size: int, transport, options: Options) -> dict:
+    """The backend's own collective at one size, as a row like a schedule's (out of place)."""
+    layout = layout_for_bytes(coll, size, options.dtype.itemsize)
+    result = measure_call(native_call(transport, coll, options.op), coll, layout, transport,
+                          options)
+    return {"size_bytes": layout.size_bytes(options.dtype.itemsize), "count": layout.count,
+            "redop": options.op.value if coll.kind.is_reduction else "none",
+            "root": coll.root if coll.kind.is_rooted else -1,
+            "schedule": native_name(transport.name, coll.kind),
+            "out_of_place": asdict(result), "in_place": asdict(Result(skipped="native"))}
 
 
 def launch(cases: Sequence[Case], nproc: int, folder: str | Path, backend: str = "gloo",
@@ -106,6 +149,14 @@ def launch(cases: Sequence[Case], nproc: int, folder: str | Path, backend: str =
     return json.loads(out_path.read_text())
 
 
+PROGRESS = "PROGRESS "
+"""Prefix of the lines ``--progress`` prints (a launcher following rank 0 reads them)."""
+
+
+def _print_progress(text: str) -> None:
+    print(PROGRESS + text, flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from ccweave.errors import RuntimeFault
     from ccweave.runtime.job import connect, detect, disconnect, fail_fast
@@ -116,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("output")
     parser.add_argument("--backend", default="gloo")
     parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--progress", action="store_true",
+                        help="rank 0 prints a PROGRESS line before each measurement")
     args = parser.parse_args(argv)
     try:
         job = detect()
@@ -125,7 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         die_with_parent()
         transport = connect(args.backend, job, args.timeout)
         try:
-            results = run_cases(load(args.cases), transport, args.timeout)
+            results = run_cases(load(args.cases), transport, args.timeout,
+                                progress=_print_progress if args.progress else None)
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             peaks = transport.sum_values([rss if r == job.rank else 0.0
                                           for r in range(job.world_size)])

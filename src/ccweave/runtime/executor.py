@@ -4,8 +4,10 @@ whose local deps are done, reduces received data with torch, and gives up with a
 
 from __future__ import annotations
 
+import contextlib
 import heapq
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -35,10 +37,15 @@ class Executor:
     tag_base: added to every transfer index to form message tags.
     segment_bytes: host-driven transports send larger messages as pieces of this size
         and reduce each piece as it lands (``None``: whole messages).
+    threads: torch intra-op threads while a run reduces and copies (``None``: leave
+        torch's setting). One by default: the work is memory-bound, and ranks sharing
+        cores with OpenMP pools of their own starve the network (8 ranks on 2 cores ran
+        a schedule 2.8-3.4x slower with torch's default of one thread per core).
     """
 
     def __init__(self, schedule: Schedule, transport: Transport, *, timeout: float = 60.0,
-                 tag_base: int = 0, segment_bytes: int | None = SEGMENT_BYTES) -> None:
+                 tag_base: int = 0, segment_bytes: int | None = SEGMENT_BYTES,
+                 threads: int | None = 1) -> None:
         if transport.world_size != schedule.num_ranks:
             raise RuntimeFault(
                 f"world size {transport.world_size} != the schedule's {schedule.num_ranks} "
@@ -49,6 +56,11 @@ class Executor:
         self.timeout = timeout
         self.tag_base = tag_base
         self.segment_bytes = segment_bytes
+        self.threads = threads
+        self.trace: list[tuple[float, float]] | None = None
+        """After a run with tracing on (:meth:`record`): per op of the program,
+        ``(started, finished)`` in ``time.perf_counter`` seconds."""
+        self._tracing = False
         self.program: Program = compile_program(schedule, transport.rank)
         ops = self.program.ops
         self._children: list[list[int]] = [[] for _ in ops]
@@ -136,6 +148,10 @@ class Executor:
         self._bound = (key, views)
         return views
 
+    def record(self, on: bool = True) -> None:
+        """Note when each op starts and finishes in the following runs (:attr:`trace`)."""
+        self._tracing = on
+
     def release(self) -> None:
         """Drop cached views, temporaries and scratch (they are rebuilt on the next run)."""
         self._bound = None
@@ -157,10 +173,11 @@ class Executor:
             input = private
         views = self._bind(input, output)
         combine = RedOp.parse(op).combiner()
-        if self.transport.stream_ordered:
-            self._run_ordered(views, combine)
-        else:
-            self._run_host(views, combine)
+        with intra_op_threads(self.threads):
+            if self.transport.stream_ordered:
+                self._run_ordered(views, combine)
+            else:
+                self._run_host(views, combine)
 
     def _temp(self, like: torch.Tensor) -> torch.Tensor:
         free = self._pool.get((like.numel(), like.dtype, like.device))
@@ -192,6 +209,9 @@ class Executor:
         temps: dict[int, torch.Tensor] = {}
         finished = 0
         total = len(ops)
+        clock = time.perf_counter if self._tracing else None
+        started_at = [0.0] * total if clock else None
+        finished_at = [0.0] * total if clock else None
         tag = self.tag_base
         segment = self.segment_bytes
         receive_data = getattr(transport, "irecv_data", None)
@@ -211,8 +231,12 @@ class Executor:
                 index = heapq.heappop(ready)
                 op = ops[index]
                 src, dst = views[index]
+                if clock:
+                    started_at[index] = clock()
                 if op.kind is OpKind.LOCAL:
                     self._local(op, src, dst, combine)
+                    if clock:
+                        finished_at[index] = clock()
                     finished += 1
                     for child in children[index]:
                         waiting[child] -= 1
@@ -267,11 +291,15 @@ class Executor:
                     continue
                 if index in temps:
                     self._give_back(temps.pop(index))
+                if clock:
+                    finished_at[index] = clock()
                 finished += 1
                 for child in children[index]:
                     waiting[child] -= 1
                     if not waiting[child]:
                         heapq.heappush(ready, child)
+        if clock:
+            self.trace = list(zip(started_at, finished_at))
 
     def _run_ordered(self, views: _Views, combine: Combine) -> None:
         """Stream-ordered transports: issue in program order; a dependency on a message
@@ -328,6 +356,20 @@ class Executor:
             f"{', '.join(map(str, peers))} (first: {first.kind.value} of transfer "
             f"{first.transfer} {direction} rank {first.peer}); a peer hung or died, or "
             "messages are slower than the timeout (raise --timeout)")
+
+
+@contextlib.contextmanager
+def intra_op_threads(threads: int | None) -> Iterator[None]:
+    """torch's intra-op thread count set to ``threads`` inside, restored after."""
+    before = torch.get_num_threads()
+    if threads is None or threads == before:
+        yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _pieces(tensor: torch.Tensor, segment_bytes: int | None) -> list[tuple[int, int]]:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -113,10 +113,11 @@ def _spawn(command: Sequence[str], env: dict[str, str], group: int | None,
 
 def launch_local(argv: Sequence[str], nproc: int, *, grace: float = GRACE_S,
                  threads: int | None = None, module: str = "ccweave.cli",
-                 script: str | None = None) -> int:
+                 script: str | None = None, on_line: Callable[[str], None] | None = None
+                 ) -> int:
     """Run ``python -m MODULE ARGV`` (or ``python SCRIPT ARGV``) as ``nproc`` ranks of one
     job on this host (torch.distributed rendezvous on a store the launcher hosts) and
-    supervise them.
+    supervise them. ``on_line`` takes rank 0's output lines instead of the terminal.
 
     Returns 0 when every rank succeeded, 1 when ranks found wrong elements; raises
     ``RuntimeFault`` naming the rank that died, or on Ctrl-C.
@@ -133,16 +134,39 @@ def launch_local(argv: Sequence[str], nproc: int, *, grace: float = GRACE_S,
         base["OMP_NUM_THREADS"] = str(threads or max(1, (os.cpu_count() or 1) // nproc))
     command = [sys.executable, *_entry(module, script), *argv]
     procs: list[subprocess.Popen] = []
+    readers: list[threading.Thread] = []
     with _Signals() as signals:
         try:
             for rank in range(nproc):
                 env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank))
-                procs.append(_spawn(command, env, procs[0].pid if procs else None))
+                piped = on_line is not None and rank == 0
+                procs.append(_spawn(command, env, procs[0].pid if procs else None,
+                                    **_piped() if piped else {}))
+                if piped:
+                    readers.append(_pump(procs[-1].stdout, on_line))
             return _supervise(procs, signals, grace)
         finally:
             if procs:
                 _stop(procs[0].pid, procs)
+            for reader in readers:
+                reader.join(timeout=2.0)
             del store
+
+
+def _piped() -> dict[str, object]:
+    return {"stdout": subprocess.PIPE, "text": True, "errors": "replace"}
+
+
+def _pump(stream, on_line: Callable[[str], None]) -> threading.Thread:
+    """A thread that hands each line of ``stream`` to ``on_line``."""
+
+    def pump() -> None:
+        for line in stream:
+            on_line(line.rstrip("\n"))
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    return reader
 
 
 def _supervise(procs: Sequence[subprocess.Popen], signals: _Signals, grace: float) -> int:
@@ -214,9 +238,11 @@ def mpirun_command(nproc: int, argv: Sequence[str], module: str = "ccweave.cli",
 
 
 def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
-               module: str = "ccweave.cli", script: str | None = None) -> int:
+               module: str = "ccweave.cli", script: str | None = None,
+               on_line: Callable[[str], None] | None = None) -> int:
     """Run ``ARGV`` under ``mpirun -np nproc`` and supervise it like :func:`launch_local`:
-    mpirun stops the job when a rank dies; this names that rank from mpirun's report."""
+    mpirun stops the job when a rank dies; this names that rank from mpirun's report.
+    ``on_line`` takes the ranks' output lines instead of the terminal."""
     env = dict(os.environ)
     if "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(threads or max(1, (os.cpu_count() or 1) // nproc))
@@ -224,7 +250,10 @@ def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
         raise RuntimeFault("mpirun is not on PATH; install Open MPI (Debian: openmpi-bin) "
                            "or use --backend gloo")
     proc = _spawn(mpirun_command(nproc, argv, module, script), env, None, stderr=subprocess.PIPE,
-                  text=True, errors="replace")
+                  text=True, errors="replace",
+                  **({"stdout": subprocess.PIPE} if on_line is not None else {}))
+    if on_line is not None:
+        _pump(proc.stdout, on_line)
     dead: list[str] = []
 
     def pump() -> None:

@@ -1,7 +1,9 @@
-"""A machine emulated on one host with network namespaces, veth pairs and ``tc``, for
-testing the profiler and runtimes against known link figures (needs root)."""
+"""Any Topology emulated on one Linux host with network namespaces, veth pairs and
+``tc``: real processes, real TCP, the model's links and routes (needs root)."""
 
-from ccweave.testbed.launch import run_ranks
-from ccweave.testbed.netns import Testbed, TestbedUnavailable, Uplink, unavailable_reason
+from ccweave.testbed.emulation import Emulation, emulate
+from ccweave.testbed.launch import run_mpi, run_ranks
+from ccweave.testbed.netns import Testbed, TestbedUnavailable, clear_leftovers, unavailable_reason
 
-__all__ = ["Testbed", "TestbedUnavailable", "Uplink", "run_ranks", "unavailable_reason"]
+__all__ = ["Emulation", "Testbed", "TestbedUnavailable", "clear_leftovers", "emulate",
+           "run_mpi", "run_ranks", "unavailable_reason"]

@@ -1,50 +1,46 @@
-"""An emulated network on one Linux host: network namespaces joined by veth pairs shaped
-with ``tc`` (token-bucket rate; ``netem`` delay where the kernel has it). Needs root and
-iproute2.
+"""Build and tear down an :class:`~ccweave.testbed.emulation.Emulation` with iproute2:
+network namespaces, veth pairs, ``tc tbf`` shaping, static routes and neighbours. Needs
+root. ``ip -batch`` and ``tc -batch`` keep a 40-namespace machine to a few seconds.
 
-Two hosts are joined by one veth pair; three or more hang off a Linux bridge in a switch
-namespace, each through its own shaped veth (its *uplink*). Every host sees one
-interface, :data:`INTERFACE`, with address ``10.N.0.(i+1)/24``, so a process started with
-:meth:`Testbed.command` binds gloo to it with ``GLOO_SOCKET_IFNAME``.
+A testbed is torn down whatever happens (``with Testbed(...)``: errors, Ctrl-C);
+:func:`clear_leftovers` removes what a killed process left (``ccweave testbed down``).
 """
 
 from __future__ import annotations
 
-import itertools
+import json
 import os
 import shutil
+import signal
 import subprocess
-from collections.abc import Sequence
-from dataclasses import dataclass
+import threading
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
-from ccweave.errors import CCWeaveError, InputError
+from ccweave.errors import CCWeaveError
+from ccweave.testbed.emulation import MTU, Emulation, Port, free_subnet, rank_address
 
-INTERFACE = "ccw0"
-_counter = itertools.count()
+PREFIX = "ccw"
+"""Every namespace and root-namespace device a testbed makes starts with this."""
+STATE_DIR = Path(os.environ.get("CCWEAVE_TESTBED_DIR", "/run/ccweave-testbed"))
+"""Where ``ccweave testbed up`` notes the testbeds it left standing."""
+_TCP_IP_HEADERS = 52  # IPv4 20 + TCP 20 + timestamps 12
+_ETHERNET_HEADER = 14
+WIRE_PER_PAYLOAD = (MTU + _ETHERNET_HEADER) / (MTU - _TCP_IP_HEADERS)
+"""tbf shapes frame bytes; a link's figure is payload, so rates are raised by this."""
+BURST_S = 0.002
+"""Token-bucket depth in seconds of the link's rate. A message that finds the bucket full
+sends this much at veth speed, faster than the link (so not deeper); a loaded host fires
+tbf's timer late and a shallow bucket then loses rate (8 flows at 400 Mbit/s on a busy
+2-core VM: 91% of the rate with 1 ms, 101% with 4 ms)."""
 
 
 class TestbedUnavailable(CCWeaveError):
     """This host cannot build an emulated network (not root, no iproute2, no netns)."""
 
     __test__ = False  # not a pytest class
-
-
-@dataclass(frozen=True)
-class Uplink:
-    """One host's link: ``rate_mbit`` megabits/second each way, ``delay_ms`` one way."""
-
-    rate_mbit: float
-    delay_ms: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not self.rate_mbit > 0 or self.delay_ms < 0:
-            raise InputError(f"uplink rate {self.rate_mbit} Mbit/s, delay {self.delay_ms} "
-                             "ms: need a positive rate and a delay >= 0")
-
-    @property
-    def bandwidth(self) -> float:
-        """Bytes per second."""
-        return self.rate_mbit * 1e6 / 8
 
 
 def unavailable_reason() -> str | None:
@@ -54,7 +50,7 @@ def unavailable_reason() -> str | None:
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
             return f"the netns testbed needs `{tool}` (Debian: apt-get install iproute2)"
-    probe = f"ccwprobe{os.getpid()}"
+    probe = f"{PREFIX}probe{os.getpid()}"
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if made.returncode != 0:
         return f"`ip netns add` fails here: {made.stderr.strip() or made.returncode}"
@@ -62,135 +58,248 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def host_networks() -> set[str]:
+    """CIDRs of the root namespace's IPv4 addresses (to pick testbed subnets beside)."""
+    shown = subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True)
+    try:
+        interfaces = json.loads(shown.stdout or "[]")
+    except json.JSONDecodeError:
+        return set()
+    return {f"{a['local']}/{a['prefixlen']}" for i in interfaces
+            for a in i.get("addr_info", [])}
+
+
 class Testbed:
-    """A context manager: ``with Testbed([Uplink(800), Uplink(800)]) as bed: ...``.
+    """A context manager that builds ``emulation`` on enter and removes it on exit.
 
     Parameters
     ----------
-    uplinks: one per host; two hosts are joined directly (the pair's rate is the slower
-        uplink's), more through a bridge.
-    subnet: the second octet of the hosts' ``10.x.0.0/24`` network (default: unique).
-    burst_kb: the token bucket's burst. A message that finds the bucket full sends its
-        first ``burst_kb`` at veth speed, so ping-pong times are ``(size - burst)/rate``
-        (a negative fitted alpha); a smaller burst misses the rate on a loaded host,
-        whose timers fire late (32 KB gave 67% of 800 Mbit/s on a busy 2-core VM, 128 KB
-        94%, the TCP/IP header overhead).
+    emulation: what to build (:func:`ccweave.testbed.emulation.emulate`).
+    control: also join every rank's namespace to an unshaped bridge in the root
+        namespace (``10.<control_subnet>.0.0/16``), which ``mpirun``'s runtime needs to
+        reach its ranks; data still takes the shaped links.
     """
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, uplinks: Sequence[Uplink], *, subnet: int | None = None,
-                 burst_kb: int = 128) -> None:
-        if len(uplinks) < 2:
-            raise InputError("a testbed needs at least two hosts")
-        if len(uplinks) > 250:
-            raise InputError("a testbed holds at most 250 hosts")
-        self.uplinks = tuple(uplinks)
-        tag = f"{os.getpid() % 100000}{next(_counter)}"
-        self.tag = tag
-        self.namespaces = tuple(f"ccw{tag}h{i}" for i in range(len(uplinks)))
-        self.switch = f"ccw{tag}sw" if len(uplinks) > 2 else None
-        self.subnet = subnet if subnet is not None else 100 + (os.getpid() + int(tag)) % 150
-        self.burst_kb = burst_kb
+    def __init__(self, emulation: Emulation, *, control: bool = False) -> None:
+        self.emulation = emulation
+        self.control = control
+        self.control_subnet: int | None = None
         self._made: list[str] = []
+        self._bridge: str | None = None
+        self._attached = False
 
-    # ------------------------------------------------------------------ addresses
+    @classmethod
+    def attach(cls, emulation: Emulation, control_subnet: int | None = None) -> Testbed:
+        """A testbed that is already up (``ccweave testbed up``): used, not built, and
+        left standing on exit."""
+        bed = cls(emulation, control=control_subnet is not None)
+        bed.control_subnet = control_subnet
+        bed._attached = True
+        return bed
 
-    def address(self, host: int) -> str:
-        """The host's IPv4 address on the emulated network."""
-        return f"10.{self.subnet}.0.{host + 1}"
+    @property
+    def bridge(self) -> str:
+        return f"{PREFIX}{self.emulation.tag}br"
 
-    def command(self, host: int, argv: Sequence[str]) -> list[str]:
-        """``argv`` run inside the host's namespace."""
-        return ["ip", "netns", "exec", self.namespaces[host], *argv]
+    def control_address(self, rank: int) -> str:
+        assert self.control_subnet is not None
+        return rank_address(self.control_subnet, rank)
 
-    def env(self, host: int) -> dict[str, str]:
-        """Environment for a process on ``host``: gloo binds to the emulated interface."""
-        return {"GLOO_SOCKET_IFNAME": INTERFACE, "NCCL_SOCKET_IFNAME": INTERFACE}
+    def command(self, rank: int, argv: list[str]) -> list[str]:
+        """``argv`` run inside rank ``rank``'s namespace."""
+        return ["ip", "netns", "exec", self.emulation.namespace(rank), *argv]
 
-    # ------------------------------------------------------------------ lifecycle
+    def env(self, rank: int) -> dict[str, str]:
+        """What a rank's process needs: gloo (and NCCL's socket transport) bind to one
+        of its devices; the host routes pick the link to each peer."""
+        device = self.emulation.data_device(rank)
+        return {"GLOO_SOCKET_IFNAME": device, "NCCL_SOCKET_IFNAME": device}
+
+    # ------------------------------------------------------------ lifecycle
 
     def __enter__(self) -> Testbed:
+        if self._attached:
+            return self
         reason = unavailable_reason()
         if reason:
             raise TestbedUnavailable(reason)
-        try:
-            self._build()
-        except BaseException:
-            self.close()
-            raise
+        with _signals_deferred():
+            try:
+                self._build()
+            except BaseException:
+                self.close()
+                raise
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
-        """Delete every namespace made (their veths go with them); safe to call twice."""
-        while self._made:
-            subprocess.run(["ip", "netns", "del", self._made.pop()], capture_output=True)
+        """Delete every namespace (their veths go with them) and the control bridge;
+        safe to call twice."""
+        with _signals_deferred():
+            if self._made:
+                _batch(["ip", "-force", "-batch", "-"],
+                       [f"netns del {name}" for name in self._made], check=False)
+                self._made.clear()
+            if self._bridge:
+                subprocess.run(["ip", "link", "del", self._bridge], capture_output=True)
+                self._bridge = None
 
     def _build(self) -> None:
-        for name in (*self.namespaces, *([self.switch] if self.switch else [])):
-            _ip("netns", "add", name)
-            self._made.append(name)
-            _ip("-n", name, "link", "set", "lo", "up")
-        if self.switch is None:
-            self._veth(0, self.namespaces[1], INTERFACE, self.uplinks[1])
-        else:
-            _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
-            _ip("-n", self.switch, "link", "set", "br0", "up")
-            for host in range(len(self.uplinks)):
-                self._veth(host, self.switch, f"p{host}", self.uplinks[host], bridge="br0")
-        for host, name in enumerate(self.namespaces):
-            _ip("-n", name, "addr", "add", f"{self.address(host)}/24", "dev", INTERFACE)
-            _ip("-n", name, "link", "set", INTERFACE, "up")
+        emu = self.emulation
+        names = emu.namespaces
+        self._made = list(names)
+        _batch(["ip", "-batch", "-"], [f"netns add {name}" for name in names])
+        links = []
+        for wire in emu.wires:
+            a, b = wire.a, wire.b
+            links.append(f"link add dev {a.device} netns {emu.namespace(a.node)} address "
+                         f"{a.mac} mtu {MTU} type veth peer name {b.device} netns "
+                         f"{emu.namespace(b.node)} address {b.mac} mtu {MTU}")
+        _batch(["ip", "-batch", "-"], links)
+        per_ns: dict[str, list[str]] = defaultdict(lambda: ["link set lo up"])
+        shaping: dict[str, list[str]] = defaultdict(list)
+        for wire in emu.wires:
+            for port in (wire.a, wire.b):
+                ns = emu.namespace(port.node)
+                per_ns[ns].append(f"link set {port.device} up")
+                if isinstance(port.node, int):
+                    per_ns[ns].append(f"addr add {emu.address(port.node)}/32 dev {port.device}")
+                if port.rate_bps is not None:
+                    shaping[ns].append(_tbf(port))
+        tables: dict[tuple[str, str], int] = {}
+        neighbours: set[tuple[str, str, str, str]] = set()
+        for route in emu.routes:
+            ns = emu.namespace(route.node)
+            dst = emu.address(route.dst)
+            src = f" src {emu.address(route.node)}" if isinstance(route.node, int) else ""
+            if route.src is None:
+                per_ns[ns].append(f"route replace {dst}/32 dev {route.device}{src}")
+            else:
+                table = tables.setdefault((ns, route.device), 100 + len(tables))
+                per_ns[ns].append(f"route replace {dst}/32 dev {route.device}{src} "
+                                  f"table {table}")
+                per_ns[ns].append(f"rule add from {emu.address(route.src)}/32 to {dst}/32 "
+                                  f"table {table}")
+            neighbours.add((ns, dst, route.next_mac, route.device))
+        for ns, dst, mac, device in sorted(neighbours):
+            per_ns[ns].append(f"neigh replace {dst} lladdr {mac} dev {device} nud permanent")
+        if self.control:
+            self._control(per_ns)
+        for node in emu.topology.nodes:
+            ns = emu.namespace(node)
+            forward = "0" if isinstance(node, int) and node not in emu.relays else "1"
+            _run(["ip", "netns", "exec", ns, "sh", "-c",
+                  f"echo {forward} > /proc/sys/net/ipv4/ip_forward; "
+                  "for f in /proc/sys/net/ipv4/conf/*/rp_filter; do echo 0 > $f; done"])
+            _batch(["ip", "-n", ns, "-batch", "-"], per_ns[ns])
+            if shaping[ns]:
+                _batch(["tc", "-n", ns, "-batch", "-"], shaping[ns])
 
-    def _veth(self, host: int, far_ns: str, far_name: str, far_uplink: Uplink,
-              bridge: str | None = None) -> None:
-        """A veth from ``host`` (as INTERFACE) to ``far_ns`` (as ``far_name``), both ends
-        shaped: the host's end by its uplink, the far end by ``far_uplink``."""
-        a, b = f"ccw{self.tag}a", f"ccw{self.tag}b"
-        _ip("link", "add", a, "type", "veth", "peer", "name", b)
-        try:
-            _ip("link", "set", a, "netns", self.namespaces[host])
-            _ip("link", "set", b, "netns", far_ns)
-        except TestbedUnavailable:
-            subprocess.run(["ip", "link", "del", a], capture_output=True)
-            raise
-        _ip("-n", self.namespaces[host], "link", "set", a, "name", INTERFACE)
-        _ip("-n", far_ns, "link", "set", b, "name", far_name)
-        if bridge:
-            _ip("-n", far_ns, "link", "set", far_name, "master", bridge)
-        _ip("-n", far_ns, "link", "set", far_name, "up")
-        self._shape(self.namespaces[host], INTERFACE, self.uplinks[host])
-        self._shape(far_ns, far_name, far_uplink if bridge is None else self.uplinks[host])
-
-    def _shape(self, namespace: str, device: str, uplink: Uplink) -> None:
-        """Egress of ``device``: a token bucket at the uplink's rate, after netem's delay."""
-        rate = f"{uplink.rate_mbit:g}mbit"
-        tbf = ["tbf", "rate", rate, "burst", f"{self.burst_kb}kb", "latency", "100ms"]
-        if uplink.delay_ms > 0:
-            _tc(namespace, "qdisc", "add", "dev", device, "root", "handle", "1:", "netem",
-                "delay", f"{uplink.delay_ms:g}ms", "limit", "100000")
-            _tc(namespace, "qdisc", "add", "dev", device, "parent", "1:1", "handle", "10:",
-                *tbf)
-        else:
-            _tc(namespace, "qdisc", "add", "dev", device, "root", *tbf)
+    def _control(self, per_ns: dict[str, list[str]]) -> None:
+        emu = self.emulation
+        used = host_networks() | {f"10.{emu.subnet}.0.0/16"}
+        self.control_subnet = free_subnet(used)
+        self._bridge = self.bridge
+        _run(["ip", "link", "add", self.bridge, "type", "bridge"])
+        _run(["ip", "addr", "add", f"10.{self.control_subnet}.255.254/16", "dev", self.bridge])
+        _run(["ip", "link", "set", self.bridge, "up"])
+        lines = []
+        for rank in emu.topology.ranks:
+            outside = f"{PREFIX}{emu.tag}c{rank}"
+            lines += [f"link add dev {outside} type veth peer name ctl netns "
+                      f"{emu.namespace(rank)}",
+                      f"link set {outside} master {self.bridge}", f"link set {outside} up"]
+            per_ns[emu.namespace(rank)] += [
+                f"addr add {self.control_address(rank)}/16 dev ctl", "link set ctl up"]
+        _batch(["ip", "-batch", "-"], lines)
 
 
-def _ip(*args: str) -> None:
-    _run(["ip", *args])
+def _tbf(port: Port) -> str:
+    """A token bucket at the port's payload rate (frames counted: see WIRE_PER_PAYLOAD);
+    a burst of :data:`BURST_S` of traffic, at least two frames."""
+    assert port.rate_bps is not None
+    wire = port.rate_bps * WIRE_PER_PAYLOAD
+    burst = max(int(wire * BURST_S), 2 * (MTU + _ETHERNET_HEADER))
+    return (f"qdisc add dev {port.device} root tbf rate {int(wire * 8)}bit burst {burst} "
+            "latency 100ms")
 
 
-def _tc(namespace: str, *args: str) -> None:
-    _run(["tc", "-n", namespace, *args])
+def fresh_tag() -> str:
+    """Four characters no standing testbed uses (namespace names start ``ccw<tag>``)."""
+    alphabet = "0123456789abcdefghijklmnopqrstuvwxyz"
+    taken, _ = list_leftovers()
+    seed = os.getpid() * 7919 + len(taken)
+    for step in range(36**4):
+        value = (seed + step * 104729) % 36**4
+        tag = "".join(alphabet[value // 36**k % 36] for k in range(4))
+        if not any(name.startswith(PREFIX + tag) for name in taken):
+            return tag
+    raise TestbedUnavailable("no free testbed tag; run `ccweave testbed down`")
+
+
+def list_leftovers(tag: str = "") -> tuple[list[str], list[str]]:
+    """Namespaces and root-namespace links that testbeds made (of testbed ``tag``, or of
+    any testbed), by name prefix."""
+    prefix = PREFIX + tag
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    spaces = [line.split()[0] for line in listed.splitlines()
+              if line.strip().startswith(prefix)]
+    shown = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True)
+    try:
+        links = [item["ifname"] for item in json.loads(shown.stdout or "[]")
+                 if item.get("ifname", "").startswith(prefix)]
+    except json.JSONDecodeError:
+        links = []
+    return spaces, links
+
+
+def clear_leftovers(tag: str = "") -> tuple[int, int]:
+    """Delete testbed ``tag``'s namespaces and root-namespace links (every testbed's when
+    ``tag`` is empty); returns the counts."""
+    spaces, links = list_leftovers(tag)
+    if spaces:
+        _batch(["ip", "-force", "-batch", "-"], [f"netns del {name}" for name in spaces],
+               check=False)
+    for link in links:
+        subprocess.run(["ip", "link", "del", link], capture_output=True)
+    return len(spaces), len(links)
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM while namespaces are made or removed, so an interrupt
+    never leaves half a testbed; they are delivered (as usual) right after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    old = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
+           for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        for sig in caught:
+            os.kill(os.getpid(), sig)
+
+
+def _batch(command: list[str], lines: list[str], check: bool = True) -> None:
+    if not lines:
+        return
+    done = subprocess.run(command, input="\n".join(lines) + "\n", capture_output=True,
+                          text=True)
+    if check and done.returncode != 0:
+        detail = done.stderr.strip().splitlines()[:3] or [f"exit code {done.returncode}"]
+        raise TestbedUnavailable(f"`{' '.join(command)}` failed: {' / '.join(detail)}")
 
 
 def _run(command: list[str]) -> None:
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         detail = done.stderr.strip() or f"exit code {done.returncode}"
-        hint = ""
-        if "netem" in command and "unknown" in detail.lower():
-            hint = "; this kernel has no netem, so the testbed cannot add delay (use 0)"
-        raise TestbedUnavailable(f"`{' '.join(command)}` failed: {detail}{hint}")
+        raise TestbedUnavailable(f"`{' '.join(command)}` failed: {detail}")

@@ -7,6 +7,7 @@ Times are averaged over ranks (nccl-tests' default), ``#wrong`` summed over rank
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -90,6 +91,8 @@ class Options:
     timeout: float = 60.0
     segment_bytes: int | None = None
     """Send messages larger than this as pieces (see :class:`Executor`)."""
+    reps: int = 1
+    """Timed repetitions of ``iters`` runs each; the median repetition is reported."""
 
 
 class Runner:
@@ -141,33 +144,45 @@ class Runner:
                    results[False], results[True])
 
     def _measure(self, executor: Executor, layout: Layout, in_place: bool) -> Result:
-        opts, transport = self.options, self.transport
         coll: Collective = executor.schedule.collective
-        rank = transport.rank
-        data, out = reference.make_buffers(coll, rank, layout, opts.dtype, opts.op, in_place,
-                                           transport.device)
-        executor.run(data, None if in_place else out, opts.op)
-        wrong = 0
-        if opts.check:
-            _synchronize(transport.device)
-            wrong = reference.count_wrong(coll, rank, layout, out, opts.op, in_place)
-        for _ in range(opts.warmup):
-            executor.run(data, None if in_place else out, opts.op)
+        result = measure_call(
+            lambda data, out: executor.run(data, None if in_place else out, self.options.op),
+            coll, layout, self.transport, self.options, in_place)
+        executor.release()  # views, temporaries and scratch go with this size's buffers
+        return result
+
+
+def measure_call(call: Callable[[torch.Tensor, torch.Tensor], None], coll: Collective,
+                 layout: Layout, transport: Transport, opts: Options,
+                 in_place: bool = False) -> Result:
+    """Check ``call(input, output)`` once, then time it: ``reps`` repetitions of ``iters``
+    runs after ``warmup``; the median repetition's time per run, averaged over ranks."""
+    rank = transport.rank
+    data, out = reference.make_buffers(coll, rank, layout, opts.dtype, opts.op, in_place,
+                                       transport.device)
+    call(data, out)
+    wrong = 0
+    if opts.check:
+        _synchronize(transport.device)
+        wrong = reference.count_wrong(coll, rank, layout, out, opts.op, in_place)
+    for _ in range(opts.warmup):
+        call(data, out)
+    times = []
+    for _ in range(max(1, opts.reps)):
         transport.barrier()
         _synchronize(transport.device)
         start = time.perf_counter()
         for _ in range(opts.iters):
-            executor.run(data, None if in_place else out, opts.op)
+            call(data, out)
         _synchronize(transport.device)
-        elapsed = (time.perf_counter() - start) / max(1, opts.iters)
-        executor.release()  # views, temporaries and scratch go with this size's buffers
-        del data, out
-        total_time, total_wrong = transport.sum_values([elapsed, float(wrong)])
-        seconds = total_time / transport.world_size
-        size = layout.size_bytes(opts.dtype.itemsize)
-        algbw = size / seconds / 1e9 if seconds > 0 else float("inf")
-        return Result(seconds * 1e6, algbw, algbw * coll.busbw_factor,
-                      int(total_wrong) if opts.check else None)
+        times.append((time.perf_counter() - start) / max(1, opts.iters))
+    del data, out
+    *totals, total_wrong = transport.sum_values([*times, float(wrong)])
+    seconds = statistics.median(totals) / transport.world_size
+    size = layout.size_bytes(opts.dtype.itemsize)
+    algbw = size / seconds / 1e9 if seconds > 0 else float("inf")
+    return Result(seconds * 1e6, algbw, algbw * coll.busbw_factor,
+                  int(total_wrong) if opts.check else None)
 
 
 def _synchronize(device: torch.device) -> None:

@@ -1,0 +1,193 @@
+"""``ccweave bench TOPO COLLECTIVE``: ccweave's schedules and the incumbents (gloo's and
+Open MPI's own collectives) measured side by side on real processes, on the emulated
+network of TOPO (or on this machine), with the model's prediction beside each time."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from ccweave.commands import _inputs, _output
+from ccweave.errors import InputError
+from ccweave.units import format_size
+
+ORDER = 85
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "bench", help="measure schedules vs gloo / Open MPI on real processes (netns testbed)",
+        description="Synthesize, prove and simulate every strategy, then run each schedule "
+                    "and the incumbents' own collectives for real on the emulated network of "
+                    "TOPO (netns testbed, root) or on this machine (--testbed none): "
+                    "nccl-tests rows with predicted beside measured time.")
+    parser.add_argument("topology", help=_inputs.TOPO_HELP)
+    parser.add_argument("collective")
+    parser.add_argument("--sizes", default="1MB:64MB:4", help="e.g. 1MB:64MB:4 or 16MB,64MB")
+    parser.add_argument("--strategies",
+                        help="comma-separated strategies, 'auto' among them (default: every "
+                             "fast strategy and auto)")
+    parser.add_argument("--baselines", default=None,
+                        help="incumbents to run: gloo, mpi, both (default) or '' for none")
+    parser.add_argument("--testbed", default="netns", choices=("netns", "none"),
+                        help="netns: emulate TOPO's links with namespaces (root); none: run "
+                             "on this machine as it is")
+    parser.add_argument("--max-rate", type=float, metavar="MBIT",
+                        help="fastest emulated link (Mbit/s, default 400); faster machines "
+                             "are scaled down and every time scaled back")
+    parser.add_argument("--reps", type=int, default=3,
+                        help="timed repetitions per measurement, median kept (default 3)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
+    parser.add_argument("--root", type=int, default=0, help="root of rooted collectives")
+    parser.add_argument("--timeout", type=float, default=3600.0,
+                        help="seconds the whole measurement may take (default 3600)")
+    parser.add_argument("--plot", metavar="PREFIX",
+                        help="write PREFIX-busbw.png and PREFIX-predicted.png")
+    _output.add_json_flag(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from ccweave.bench.cases import batch_cases, plan_entries
+    from ccweave.bench.jobs import run_jobs
+    from ccweave.bench.report import error_stats, plot, rows_for, summarize
+    from ccweave.collectives import Collective
+
+    topo = _inputs.topology(args.topology)
+    kind = _inputs.kind(args.collective)
+    sizes = _inputs.sizes(args.sizes)
+    if args.reps < 1 or args.warmup < 0:
+        raise InputError("--reps must be >= 1 and --warmup >= 0")
+    baselines = _baselines(args.baselines)
+    _check_testbed(args.testbed)
+    names = [s.strip() for s in args.strategies.split(",") if s.strip()] \
+        if args.strategies else None
+    load_before = os.getloadavg()
+    quiet = args.json
+    say = None if quiet else _output.progress_printer()
+    entries, skipped = plan_entries(topo, kind, sizes, names, baselines, root=args.root,
+                                    progress=say)
+    collective = Collective(kind, topo.num_ranks, root=args.root)
+    jobs = {backend: batch_cases(entries, sizes, collective, backend, reps=args.reps,
+                                 warmup=args.warmup)
+            for backend in dict.fromkeys(["gloo", *baselines])}
+    total = sum(len(cases) for cases in jobs.values())
+    with _progress(total, quiet) as advance:
+        measured = run_jobs(topo, jobs, testbed=args.testbed, max_rate_mbit=args.max_rate,
+                            timeout=args.timeout, on_progress=advance)
+    load_after = os.getloadavg()
+    rows = rows_for(entries, measured, sizes)
+    summaries = summarize(rows, sizes)
+    stats = error_stats(rows)
+    plots = plot(rows, collective, f"{kind.value} on {topo.name}", args.plot) \
+        if args.plot else []
+    load = {"before": load_before, "after": load_after, "cores": os.cpu_count()}
+    if args.json:
+        _output.print_json({
+            "topology": topo.name, "collective": kind.value, "testbed": measured.testbed,
+            "scale": measured.scale, "load_average": load,
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "rows": [row.to_dict() for row in rows],
+            "summary": [s.__dict__ for s in summaries],
+            "prediction_error": stats.__dict__ if stats else None,
+            "peak_rss_MB": measured.peak_rss_mb, "plots": plots,
+            "skipped": [s.__dict__ for s in skipped]})
+        return _wrong_code(rows)
+    where = ("netns testbed" if measured.testbed == "netns" else "this machine")
+    scaled = (f"; bandwidths x{measured.scale:.4g}, times scaled back" if measured.scale != 1
+              else "")
+    _output.print_table(
+        f"{kind.value} on {topo.name}, measured on the {where}{scaled} (median of "
+        f"{args.reps}; predicted: the model's time)",
+        ["algorithm", "schedule", "size", "count", "time(us)", "predicted(us)", "error",
+         "algbw(GB/s)", "busbw(GB/s)", "#wrong"],
+        [(r.algorithm, r.schedule, format_size(r.size_bytes), r.count, r.measured_s * 1e6,
+          "-" if r.predicted_s is None else r.predicted_s * 1e6,
+          "-" if r.error is None else f"{r.error:+.0%}", r.algbw_GBps, r.busbw_GBps, r.wrong)
+         for r in sorted(rows, key=lambda r: (r.size_bytes, r.measured_s))])
+    for s in summaries:
+        parts = [f"{format_size(s.size_bytes)}: fastest measured {s.fastest}"]
+        if s.auto_over_fastest is not None:
+            parts.append(f"auto ({s.auto_schedule}) {s.auto_over_fastest:.2f}x its time")
+        parts += [f"{name} {ratio:.2f}x slower" if ratio >= 1 else
+                  f"{name} {1 / ratio:.2f}x faster" for name, ratio in s.speedup.items()]
+        _output.console.print("; ".join(parts))
+    if stats:
+        _output.console.print(f"prediction error |predicted - measured| / measured over "
+                              f"{stats.cases} cases: median {stats.median:.0%}, worst "
+                              f"{stats.worst:.0%} ({stats.worst_row})")
+    rss = ", ".join(f"{backend} {max(values):.0f} MB" for backend, values in
+                    measured.peak_rss_mb.items())
+    _output.console.print(
+        f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after, on "
+        f"{os.cpu_count()} cores; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"
+        f"; peak RSS per rank: {rss}")
+    for skip in skipped:
+        _output.console.print(f"[dim]{skip.label}: not applicable: {skip.reason}[/]")
+    for path in plots:
+        _output.console.print(f"wrote {path}")
+    return _wrong_code(rows)
+
+
+def _baselines(text: str | None) -> list[str]:
+    if text is None:
+        return ["gloo", "mpi"] if shutil.which("mpirun") else ["gloo"]
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if "mpi" in names and shutil.which("mpirun") is None:
+        raise InputError("--baselines mpi needs mpirun (Debian: openmpi-bin); drop it or "
+                         "install Open MPI")
+    return names
+
+
+def _check_testbed(testbed: str) -> None:
+    if testbed != "netns":
+        return
+    from ccweave.testbed import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        raise InputError(f"--testbed netns: {reason}; run as root, or measure on this machine "
+                         "as it is with --testbed none")
+
+
+def _wrong_code(rows) -> int:
+    return 1 if any(row.wrong for row in rows) else 0
+
+
+class _progress:
+    """A progress bar over the measurements (on a terminal), advanced by rank 0's
+    announcements."""
+
+    def __init__(self, total: int, quiet: bool) -> None:
+        self.total = total
+        self.quiet = quiet or not _output.progress_console.is_terminal
+        self._bar = None
+
+    def __enter__(self):
+        if self.quiet:
+            return lambda text: None
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                             MofNCompleteColumn(), TimeElapsedColumn(),
+                             console=_output.progress_console, transient=True)
+        self._bar.start()
+        task = self._bar.add_task("measuring", total=self.total)
+        started = [0]
+
+        def advance(text: str) -> None:  # each announcement starts one measurement
+            _, _, label = text.partition(" ")
+            self._bar.update(task, completed=started[0], description=label[:60])
+            started[0] += 1
+
+        return advance
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
