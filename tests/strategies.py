@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from ccweave.collectives import Buffer, Collective, Kind
+from ccweave.schedule import Schedule, ScheduleBuilder
 from ccweave.topology.model import Link, NodeKind, Topology
 
 GBPS = 1e9
@@ -41,3 +43,26 @@ def topologies(draw, min_ranks: int = 2, max_ranks: int = 8, switches: bool = Tr
         if a != b:
             links.append(Link(a, b, draw(bandwidth), draw(alpha)))
     return Topology(f"random{n}", n, tuple(links), fabric)
+
+
+@st.composite
+def topology_and_schedule(draw) -> tuple[Topology, Schedule]:
+    """A random topology and a random schedule over pairs that have routes; the builder
+    derives deps from the slots the transfers share, plus a few explicit ones."""
+    topo = draw(topologies(max_ranks=6))
+    n = topo.num_ranks
+    pairs = [(a, b) for a in range(n) for b in range(n) if topo.has_route(a, b)]
+    builder = ScheduleBuilder(Collective(Kind.ALLTOALL, n, 2))
+    slots = 2 * n
+    for _ in range(draw(st.integers(1, 24))):
+        src, dst = draw(st.sampled_from(pairs))
+        count = draw(st.integers(1, 3))
+        src_slot = (draw(st.sampled_from([Buffer.INPUT, Buffer.SCRATCH])),
+                    draw(st.integers(0, slots - count)))
+        dst_slot = (draw(st.sampled_from([Buffer.OUTPUT, Buffer.SCRATCH])),
+                    draw(st.integers(0, slots - count)))
+        before = len(builder.transfers)
+        after = draw(st.lists(st.integers(0, before - 1), max_size=2)) if before else []
+        op = draw(st.sampled_from([builder.copy, builder.reduce]))
+        op(src, dst, src_slot, dst_slot, count, after=after)
+    return topo, builder.build("random")

@@ -20,7 +20,7 @@ from ccweave.errors import InputError, TopologyError
 from ccweave.schedule import Schedule, ScheduleBuilder, Transfer
 from ccweave.simulate import SimResult, simulate
 from ccweave.topology.model import Link, NodeKind, Topology
-from tests.strategies import topologies
+from tests.strategies import topology_and_schedule
 
 GB = 1e9
 US = 1e-6
@@ -270,29 +270,6 @@ def test_ring_allreduce_at_scale_matches_the_closed_form():
 # ------------------------------------------------------------ random schedules
 
 
-@st.composite
-def workloads(draw) -> tuple[Topology, Schedule]:
-    """A random topology and a random schedule over pairs that have routes; the builder
-    derives deps from the slots the transfers share, plus a few explicit ones."""
-    topo = draw(topologies(max_ranks=6))
-    n = topo.num_ranks
-    pairs = [(a, b) for a in range(n) for b in range(n) if topo.has_route(a, b)]
-    builder = ScheduleBuilder(Collective(Kind.ALLTOALL, n, 2))
-    slots = 2 * n
-    for _ in range(draw(st.integers(1, 24))):
-        src, dst = draw(st.sampled_from(pairs))
-        count = draw(st.integers(1, 3))
-        src_slot = (draw(st.sampled_from([Buffer.INPUT, Buffer.SCRATCH])),
-                    draw(st.integers(0, slots - count)))
-        dst_slot = (draw(st.sampled_from([Buffer.OUTPUT, Buffer.SCRATCH])),
-                    draw(st.integers(0, slots - count)))
-        before = len(builder.transfers)
-        after = draw(st.lists(st.integers(0, before - 1), max_size=2)) if before else []
-        op = draw(st.sampled_from([builder.copy, builder.reduce]))
-        op(src, dst, src_slot, dst_slot, count, after=after)
-    return topo, builder.build("random")
-
-
 def ideal(schedule: Schedule, topo: Topology, size: float) -> np.ndarray:
     """Each transfer alone on an idle machine: route alpha + bytes / bottleneck."""
     chunk = chunk_of(schedule, size)
@@ -384,7 +361,7 @@ def check_invariants(result: SimResult, schedule: Schedule, topo: Topology) -> N
 
 
 @settings(max_examples=80, deadline=None)
-@given(workloads(), st.sampled_from([0, 1000, SIZE, 2**30]))
+@given(topology_and_schedule(), st.sampled_from([0, 1000, SIZE, 2**30]))
 def test_random_schedules_keep_the_invariants(workload, size):
     topo, schedule = workload
     result = simulate(schedule, topo, size)
@@ -398,7 +375,7 @@ def test_random_schedules_keep_the_invariants(workload, size):
 
 
 @settings(max_examples=60, deadline=None)
-@given(workloads(), st.sampled_from([1000, SIZE, 2**30]))
+@given(topology_and_schedule(), st.sampled_from([1000, SIZE, 2**30]))
 def test_random_schedules_match_the_reference_simulator(workload, size):
     topo, schedule = workload
     result = simulate(schedule, topo, size)
@@ -407,7 +384,7 @@ def test_random_schedules_match_the_reference_simulator(workload, size):
 
 
 @settings(max_examples=60, deadline=None)
-@given(workloads(), st.integers(0, 2**24), st.floats(1.0, 64.0))
+@given(topology_and_schedule(), st.integers(0, 2**24), st.floats(1.0, 64.0))
 def test_time_is_monotone_in_size(workload, size, factor):
     topo, schedule = workload
     small = simulate(schedule, topo, size).time_s

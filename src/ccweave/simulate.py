@@ -11,6 +11,7 @@ receive. docs/simulator.md explains the model and what it leaves out.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from heapq import heapify, heappop, heappush
 from itertools import chain
@@ -129,9 +130,11 @@ def simulate(schedule: Schedule, topology: Topology, size_bytes: float) -> SimRe
 class _Plan:
     """Per-transfer arrays the event loop reads: route, bytes, latency, children.
 
-    Resources ``0..L-1`` are the topology's links; ``L + rank`` is ``rank``'s memory.
-    Plain lists of Python floats: the loop indexes them faster than numpy arrays. Routes
-    are looked up once per rank pair.
+    Resources ``0..L-1`` are the topology's links; ``L + rank`` is ``rank``'s memory;
+    ``L + N + host`` a host's CPUs when the topology's cost model limits them (a remote
+    transfer holds its route and the hosts of its two ends). Plain lists of Python
+    floats: the loop indexes them faster than numpy arrays. Routes are looked up once per
+    rank pair.
     """
 
     def __init__(self, schedule: Schedule, topology: Topology, size_bytes: float) -> None:
@@ -143,13 +146,31 @@ class _Plan:
         self.schedule = schedule
         self.topology = topology
         self.chunk = schedule.collective.chunk_bytes(size_bytes)
+        cost = topology.cost
         self.num_links = len(topology.links)
-        self.capacity = [float(b) for b in topology.bandwidths]
+        self.capacity = [float(b) * cost.link_efficiency for b in topology.bandwidths]
         self.capacity += [float(topology.local_bandwidth)] * topology.num_ranks
+        self.hosts: list[int] | None = None
+        self.host_base: int | None = None
+        if cost.host_bandwidth is not None:
+            first = self.host_base = len(self.capacity)
+            self.hosts = [first + host for host in topology.host_of]
+            self.capacity += [float(cost.host_bandwidth)] * (max(topology.host_of) + 1)
+        self.overhead = float(cost.message_overhead)
         transfers = schedule.transfers
         self.count = len(transfers)
         src, dst = _column(transfers, "src"), _column(transfers, "dst")
         self._check_ranks(src, dst)
+        self.src = src.tolist()
+        self.fifo = cost.connection_fifo
+        self.conn_of: list[int] = []
+        self.num_conns = 0
+        if self.fifo:  # a connection per (src, dst, channel); local transfers have none
+            channel = _column(transfers, "channel")
+            keys, conn = np.unique(np.stack([src, dst, channel]), axis=1, return_inverse=True)
+            conn = conn.reshape(-1)
+            conn[src == dst] = -1
+            self.conn_of, self.num_conns = conn.tolist(), keys.shape[1]
         self._routes(src, dst)
         counts = _column(transfers, "count")
         if len(counts) and counts.min() < 0:
@@ -224,9 +245,13 @@ class _Plan:
                 f"transfer {index} ({src} -> {dst}): topology {topology.name!r} has no route "
                 f"from rank {src} to rank {dst} that avoids other ranks; relay it through a "
                 "rank with explicit transfers, or add the missing link") from None
-        alpha = float(sum(topology.links[i].alpha for i in route))
-        bottleneck = float(min(self.capacity[i] for i in route))
-        return tuple(route), alpha, bottleneck
+        alpha = float(sum(topology.links[i].alpha for i in route)) \
+            + topology.cost.message_latency
+        resources = tuple(route)
+        if self.hosts is not None:
+            resources += tuple(dict.fromkeys((self.hosts[src], self.hosts[dst])))
+        bottleneck = float(min(self.capacity[i] for i in resources))
+        return resources, alpha, bottleneck
 
     def _dependencies(self) -> None:
         """``num_deps`` per transfer and the children of transfer ``i`` as
@@ -250,7 +275,7 @@ class _Plan:
 
     def link_bytes(self) -> np.ndarray:
         """Bytes each topology link carried over the run."""
-        carried = np.zeros(self.num_links + self.topology.num_ranks)
+        carried = np.zeros(len(self.capacity))
         for (resources, _, _), chunks in zip(self.pairs, self.pair_chunks.tolist()):
             carried[list(resources)] += chunks * self.chunk
         return carried[:self.num_links]
@@ -271,6 +296,11 @@ def _run(plan: _Plan) -> tuple[list[float], list[float], list[float], list[int],
     """
     count = plan.count
     route, nbytes, alpha, solo_rate = plan.route, plan.nbytes, plan.alpha, plan.bottleneck
+    overhead, src_of = plan.overhead, plan.src
+    engine = [0.0] * (max(src_of, default=-1) + 1)  # when each rank may issue its next transfer
+    fifo, conn_of = plan.fifo, plan.conn_of
+    holder = [-1] * plan.num_conns  # the transfer streaming on each connection
+    queued: list[deque[int]] = [deque() for _ in range(plan.num_conns)]
     kids, offsets, pending = plan.kids, plan.offsets, list(plan.num_deps)
     capacity = plan.capacity
     flows: list[set[int]] = [set() for _ in capacity]
@@ -286,7 +316,12 @@ def _run(plan: _Plan) -> tuple[list[float], list[float], list[float], list[int],
     dirty: set[int] = set()
     for index in range(count):
         if not pending[index]:
-            when = alpha[index]
+            if overhead:  # ranks issue their transfers one after another
+                begin = engine[src_of[index]] + overhead
+                engine[src_of[index]] = begin
+                when = begin + alpha[index]
+            else:
+                when = alpha[index]
             bucket = starts.get(when)
             if bucket is None:
                 starts[when] = [index]
@@ -305,6 +340,19 @@ def _run(plan: _Plan) -> tuple[list[float], list[float], list[float], list[int],
                         continue  # stale: its rate changed after this event was queued
                     predicted[index] = -1.0
                     finish[index] = now
+                    if fifo:  # the connection's next message streams now
+                        line = conn_of[index]
+                        waiting = queued[line] if line >= 0 else None
+                        if waiting:
+                            follower = waiting.popleft()
+                            bucket = starts.get(now)
+                            if bucket is None:
+                                starts[now] = [follower]
+                                heappush(times, now)
+                            else:
+                                bucket.append(follower)
+                        if line >= 0:
+                            holder[line] = -1
                     for link in route[index]:
                         others = flows[link]
                         others.discard(index)
@@ -318,7 +366,13 @@ def _run(plan: _Plan) -> tuple[list[float], list[float], list[float], list[int],
                         if not left:
                             ready[child] = now
                             last_dep[child] = index
-                            when = now + alpha[child]
+                            if overhead:
+                                free = engine[src_of[child]]
+                                begin = (free if free > now else now) + overhead
+                                engine[src_of[child]] = begin
+                                when = begin + alpha[child]
+                            else:
+                                when = now + alpha[child]
                             bucket = starts.get(when)
                             if bucket is None:
                                 starts[when] = [child]
@@ -328,6 +382,13 @@ def _run(plan: _Plan) -> tuple[list[float], list[float], list[float], list[int],
             begun = starts.pop(now, None)
             if begun is not None:
                 for index in begun:
+                    if fifo:  # one message at a time per connection, in ready order
+                        line = conn_of[index]
+                        if line >= 0:
+                            if holder[line] >= 0:
+                                queued[line].append(index)
+                                continue
+                            holder[line] = index
                     start[index] = now
                     links = route[index]
                     alone = True
@@ -359,7 +420,7 @@ def _run(plan: _Plan) -> tuple[list[float], list[float], list[float], list[int],
                 break
         if dirty:
             for when, index in _reshare(now, dirty, flows, route, capacity, rate, remaining,
-                                        since, predicted):
+                                        since, predicted, plan.host_base):
                 bucket = finishes.get(when)
                 if bucket is None:
                     finishes[when] = [index]
@@ -373,7 +434,8 @@ def _run(plan: _Plan) -> tuple[list[float], list[float], list[float], list[int],
 
 def _reshare(now: float, dirty: set[int], flows: list[set[int]], route: list[tuple[int, ...]],
              capacity: list[float], rate: list[float], remaining: list[float],
-             since: list[float], predicted: list[float]) -> list[tuple[float, int]]:
+             since: list[float], predicted: list[float],
+             host_base: int | None = None) -> list[tuple[float, int]]:
     """Recompute max-min fair rates for the flows connected to the ``dirty`` links.
 
     Brings each flow whose rate changes up to ``now`` and returns its new finish event.
@@ -390,7 +452,7 @@ def _reshare(now: float, dirty: set[int], flows: list[set[int]], route: list[tup
             reach -= links
             links |= reach
             stack.extend(reach)
-    shares = _max_min_rates(links, flows, route, capacity)
+    shares = _max_min_rates(links, flows, route, capacity, host_base)
     events = []
     for flow in members:
         new, old = shares[flow], rate[flow]
@@ -405,7 +467,7 @@ def _reshare(now: float, dirty: set[int], flows: list[set[int]], route: list[tup
 
 
 def _max_min_rates(links: set[int], flows: list[set[int]], route: list[tuple[int, ...]],
-                   capacity: list[float]) -> dict[int, float]:
+                   capacity: list[float], host_base: int | None = None) -> dict[int, float]:
     """Max-min fair rates by progressive filling over a closed set of links and flows.
 
     Repeatedly takes the link with the smallest fair share (spare capacity / unfixed
@@ -413,8 +475,16 @@ def _max_min_rates(links: set[int], flows: list[set[int]], route: list[tuple[int
     bottlenecked elsewhere thus leaves its spare to the others. Fixing flows at the
     lowest share never lowers another link's share, so heap keys are lower bounds,
     refreshed when popped; the level never falls, which also absorbs rounding.
+
+    Resources from ``host_base`` on are hosts' CPUs: they are not shared max-min but
+    slow every flow they carry alike (a host short of CPU delays all its processes), so
+    after the links' fair rates, each host whose flows would take more than its capacity
+    scales them all down to fit.
     """
+    hosts = [link for link in links if link >= host_base] if host_base is not None else []
     spare = {link: capacity[link] for link in links}
+    for host in hosts:  # never the tightest link: scaled below instead
+        spare[host] = math.inf
     unfixed = {link: len(flows[link]) for link in links}
     heap = [(spare[link] / unfixed[link], link) for link in links if unfixed[link]]
     heapify(heap)
@@ -436,6 +506,15 @@ def _max_min_rates(links: set[int], flows: list[set[int]], route: list[tuple[int
                 for other in route[flow]:
                     spare[other] -= level
                     unfixed[other] -= 1
+    slowdown: dict[int, float] = {}
+    for host in hosts:
+        total = sum(rates[flow] for flow in flows[host])
+        if total > capacity[host]:
+            factor = capacity[host] / total
+            for flow in flows[host]:
+                slowdown[flow] = min(slowdown.get(flow, 1.0), factor)
+    for flow, factor in slowdown.items():
+        rates[flow] *= factor
     return rates
 
 
@@ -449,7 +528,7 @@ def _critical_path(plan: _Plan, ready: list[float], finish: list[float],
     steps = []
     while index >= 0:
         transfer = transfers[index]
-        ideal = plan.alpha[index]
+        ideal = plan.alpha[index] + plan.overhead
         if plan.nbytes[index]:
             ideal += plan.nbytes[index] / plan.bottleneck[index]
         stretch = max(0.0, finish[index] - ready[index] - ideal)

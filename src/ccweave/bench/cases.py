@@ -53,11 +53,15 @@ class Skipped:
 
 def plan_entries(topology: Topology, kind: Kind, sizes: Sequence[int],
                  strategies: Sequence[str] | None, baselines: Sequence[str], *,
-                 root: int = 0, backend: str = "gloo",
+                 root: int = 0, backend: str = "gloo", scale: float = 1.0,
                  progress: Callable[[str], None] | None = None
                  ) -> tuple[list[Entry], list[Skipped]]:
     """Entries for ``strategies`` (default: every fast one, and ``auto``) and the
-    incumbents of ``baselines`` (``gloo``, ``mpi``); ccweave's run over ``backend``."""
+    incumbents of ``baselines`` (``gloo``, ``mpi``); ccweave's run over ``backend``.
+
+    ``topology`` is what the jobs run on (the testbed's emulated machine, with its cost
+    model when calibrated): schedules, ``auto``'s choice and predictions come from it;
+    predictions are multiplied by ``scale`` into the emulated machine's time."""
     for base in baselines:
         if base not in BASELINES:
             raise InputError(f"--baselines {base!r}: choose from {', '.join(BASELINES)}")
@@ -76,7 +80,8 @@ def plan_entries(topology: Topology, kind: Kind, sizes: Sequence[int],
         except NotApplicableError as error:
             skipped.append(Skipped(name, str(error)))
             continue
-        predicted = {size: simulate(schedules[size], topology, size).time_s for size in sizes}
+        predicted = {size: simulate(schedules[size], topology, size).time_s * scale
+                     for size in sizes}
         entries.append(Entry(name, backend, False, schedules, predicted))
     if not entries and not baselines:
         raise InputError(f"no strategy builds {kind.value} on {topology.name}: "
@@ -102,14 +107,15 @@ def _auto(topology: Topology, kind: Kind, sizes: Sequence[int],
 
 
 def batch_cases(entries: Sequence[Entry], sizes: Sequence[int], collective: Collective,
-                backend: str, *, reps: int = 3, warmup: int = 1) -> list[Case]:
+                backend: str, *, reps: int = 3, warmup: int = 1,
+                scale: float = 1.0) -> list[Case]:
     """The cases one ``backend`` job runs: each distinct schedule at the sizes that use
     it, and the incumbent at every size; iterations per size from the prediction (or,
     for an incumbent, the slowest prediction at that size)."""
     cases: list[Case] = []
     seen: set[str] = set()
-    slowest = {size: max((e.predicted[size] for e in entries if not e.native), default=0.0)
-               for size in sizes}
+    slowest = {size: max((e.predicted[size] / scale for e in entries if not e.native),
+                         default=0.0) for size in sizes}
     for entry in entries:
         if entry.backend != backend:
             continue
@@ -125,7 +131,7 @@ def batch_cases(entries: Sequence[Entry], sizes: Sequence[int], collective: Coll
                 continue
             seen.add(key)
             cases.append(Case(schedule_key(schedule, size), schedule, (size,),
-                              modes=(False,), iters=iters_for(entry.predicted[size]),
+                              modes=(False,), iters=iters_for(entry.predicted[size] / scale),
                               warmup=warmup, reps=reps))
     return cases
 

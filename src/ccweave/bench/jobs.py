@@ -1,23 +1,25 @@
-"""Run ``ccweave bench``'s cases as real jobs: one job per backend (gloo through
-torch.distributed, Open MPI through ``mpirun``), on the netns testbed or on this machine
-as it is. Every rank runs :mod:`ccweave.runtime.batch`; rank 0 reports."""
+"""Where ``ccweave bench`` runs its jobs and how: a :class:`Site` is the netns testbed of
+the topology (or this machine as it is); on it, one job per backend (gloo through
+torch.distributed, Open MPI through ``mpirun``) runs :mod:`ccweave.runtime.batch` on
+every rank, and rank 0 reports. The profiler's calibration runs on the same site."""
 
 from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ccweave.errors import RuntimeFault
+from ccweave.errors import InputError, RuntimeFault
 from ccweave.runtime import batch
 from ccweave.runtime.batch import Case
 from ccweave.topology.model import Topology
 
 TESTBEDS = ("netns", "none")
 BATCH_MODULE = "ccweave.runtime.batch"
+Lines = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -31,62 +33,109 @@ class Measured:
     testbed: str
 
 
-def run_jobs(topology: Topology, jobs: dict[str, list[Case]], *, testbed: str = "netns",
-             max_rate_mbit: float | None = None, timeout: float = 3600.0,
-             on_progress: Callable[[str], None] | None = None) -> Measured:
+@dataclass
+class Site:
+    """Where jobs run: ``bed`` (a built testbed) or this machine (``bed is None``).
+
+    ``topology`` is the machine asked for; ``emulated`` what the jobs really run on (its
+    bandwidths times ``scale``, no link latency; ``topology`` itself off the testbed),
+    which predictions of measured times must simulate."""
+
+    topology: Topology
+    emulated: Topology
+    testbed: str
+    bed: object | None
+    scale: float
+    folder: Path
+
+    def run(self, module: str, argv: Sequence[str], backend: str, timeout: float,
+            on_line: Lines | None = None) -> None:
+        """``python -m MODULE ARGV`` as every rank, over ``backend``."""
+        from ccweave.testbed import run_mpi, run_ranks
+
+        if self.bed is None:
+            _run_here(module, argv, self.topology.num_ranks, backend, on_line)
+        elif backend == "mpi":
+            run_mpi(self.bed, argv, module=module, timeout=timeout, on_line=on_line)
+        else:
+            run_ranks(self.bed, argv, module=module, timeout=timeout, on_line=on_line)
+
+
+@contextmanager
+def site(topology: Topology, testbed: str = "netns", *, max_rate_mbit: float | None = None,
+         mpi: bool = False) -> Iterator[Site]:
+    """The testbed of ``topology`` built for the duration (torn down after, whatever
+    happens), or this machine; ``mpi`` adds the control bridge mpirun needs."""
+    from ccweave.testbed import Testbed, emulate
+    from ccweave.testbed.emulation import DEFAULT_MAX_RATE_MBIT, free_subnet
+    from ccweave.testbed.netns import fresh_tag, host_networks
+
+    if testbed not in TESTBEDS:
+        raise InputError(f"--testbed {testbed!r}: choose one of {', '.join(TESTBEDS)}")
+    with tempfile.TemporaryDirectory(prefix="ccweave-bench-") as folder:
+        if testbed == "none":
+            yield Site(topology, topology, testbed, None, 1.0, Path(folder))
+            return
+        emulation = emulate(topology, max_rate_mbit=max_rate_mbit or DEFAULT_MAX_RATE_MBIT,
+                            tag=fresh_tag(), subnet=free_subnet(host_networks()))
+        with Testbed(emulation, control=mpi) as bed:
+            yield Site(topology, emulation.emulated_topology(), testbed, bed,
+                       emulation.scale, Path(folder))
+
+
+def run_jobs(place: Site, jobs: dict[str, list[Case]], *, timeout: float = 3600.0,
+             on_progress: Lines | None = None) -> Measured:
     """Run each backend's cases (``{"gloo": [...], "mpi": [...]}``) and collect the rows.
 
     ``on_progress`` hears each ``"i/n name size"`` rank 0 announces.
     """
-    from ccweave.testbed import Testbed, emulate, run_mpi, run_ranks
-    from ccweave.testbed.emulation import DEFAULT_MAX_RATE_MBIT, free_subnet
-    from ccweave.testbed.netns import fresh_tag, host_networks
-
-    jobs = {backend: cases for backend, cases in jobs.items() if cases}
     rows: dict[str, dict] = {}
     rss: dict[str, list[float]] = {}
-    scale = 1.0
 
     def follow(line: str) -> None:
         if on_progress and line.startswith(batch.PROGRESS):
             on_progress(line[len(batch.PROGRESS):].strip())
 
-    with tempfile.TemporaryDirectory(prefix="ccweave-bench-") as folder, ExitStack() as stack:
-        bed = None
-        if testbed == "netns":
-            emulation = emulate(topology, max_rate_mbit=max_rate_mbit or DEFAULT_MAX_RATE_MBIT,
-                                tag=fresh_tag(), subnet=free_subnet(host_networks()))
-            scale = emulation.scale
-            bed = stack.enter_context(Testbed(emulation, control="mpi" in jobs))
-        elif testbed != "none":
-            raise RuntimeFault(f"--testbed {testbed!r}: choose one of {', '.join(TESTBEDS)}")
-        for backend, cases in jobs.items():
-            cases_path = Path(folder, f"{backend}-cases.json")
-            out_path = Path(folder, f"{backend}-results.json")
-            batch.save(cases, cases_path)
-            argv = [str(cases_path), str(out_path), "--backend", backend, "--timeout",
-                    str(min(timeout, 600.0)), "--progress"]
-            if bed is None:
-                _run_here(argv, topology.num_ranks, backend, follow)
-            elif backend == "mpi":
-                run_mpi(bed, argv, module=BATCH_MODULE, timeout=timeout, on_line=follow)
-            else:
-                run_ranks(bed, argv, module=BATCH_MODULE, timeout=timeout, on_line=follow)
-            if not out_path.exists():
-                raise RuntimeFault(f"the {backend} job ended without results (errors above)")
-            for row in json.loads(out_path.read_text()):
-                rows[row["case"]] = row
-            rss[backend] = json.loads(Path(f"{out_path}.rss").read_text())
-    return Measured(rows, rss, scale, testbed)
+    for backend, cases in jobs.items():
+        if not cases:
+            continue
+        cases_path = place.folder / f"{backend}-cases.json"
+        out_path = place.folder / f"{backend}-results.json"
+        batch.save(cases, cases_path)
+        argv = [str(cases_path), str(out_path), "--backend", backend, "--timeout",
+                str(min(timeout, 600.0)), "--progress"]
+        place.run(BATCH_MODULE, argv, backend, timeout, follow)
+        if not out_path.exists():
+            raise RuntimeFault(f"the {backend} job ended without results (errors above)")
+        for row in json.loads(out_path.read_text()):
+            rows[row["case"]] = row
+        rss[backend] = json.loads(Path(f"{out_path}.rss").read_text())
+    return Measured(rows, rss, place.scale, place.testbed)
 
 
-def _run_here(argv: Sequence[str], nproc: int, backend: str,
-              follow: Callable[[str], None]) -> None:
-    """This machine as it is: local ranks (gloo) or ``mpirun``; rank 0's progress lines
+def calibrate(place: Site, spec: str, sizes: str, *, timeout: float = 3600.0,
+              on_line: Lines | None = None, progress: Lines | None = None):
+    """Fit the cost model on ``place`` (``ccweave profile --calibrate`` with the links as
+    the topology ``spec`` gives them, which the testbed shapes exactly); returns the
+    :class:`ccweave.profile.calibrate.Calibration`."""
+    from ccweave.profile.calibrate import fitted_topology
+    from ccweave.profile.result import Profile
+
+    out = place.folder / "profile.json"
+    argv = ["profile", "--no-pairs", "--no-cuda", "--calibrate", "--calibrate-sizes", sizes,
+            "--base", spec, "--timeout", str(min(timeout, 600.0)), "--worker-out", str(out)]
+    place.run("ccweave.cli", argv, "gloo", timeout, on_line)
+    return fitted_topology(place.emulated, Profile.load(out), place.topology,
+                           progress=progress)
+
+
+def _run_here(module: str, argv: Sequence[str], nproc: int, backend: str,
+              follow: Lines | None) -> None:
+    """This machine as it is: local ranks (gloo) or ``mpirun``; rank 0's output lines
     come through its standard output."""
     from ccweave.runtime.launch import launch_local, launch_mpi
 
     launch = launch_mpi if backend == "mpi" else launch_local
-    code = launch(list(argv), nproc, module=BATCH_MODULE, on_line=follow)
+    code = launch(list(argv), nproc, module=module, on_line=follow)
     if code != 0:
         raise RuntimeFault(f"the {backend} job found wrong elements or failed (code {code})")

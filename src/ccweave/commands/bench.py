@@ -39,6 +39,11 @@ def add_parser(subparsers) -> None:
                         help="timed repetitions per measurement, median kept (default 3)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
     parser.add_argument("--root", type=int, default=0, help="root of rooted collectives")
+    parser.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                        help="predict with the plain link model instead of first fitting "
+                             "the cost model on the machine (ccweave profile --calibrate)")
+    parser.add_argument("--calibrate-sizes", default="1MB,16MB",
+                        help="sizes of the calibration runs (default 1MB,16MB)")
     parser.add_argument("--timeout", type=float, default=3600.0,
                         help="seconds the whole measurement may take (default 3600)")
     parser.add_argument("--plot", metavar="PREFIX",
@@ -49,7 +54,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from ccweave.bench.cases import batch_cases, plan_entries
-    from ccweave.bench.jobs import run_jobs
+    from ccweave.bench.jobs import calibrate, run_jobs, site
     from ccweave.bench.report import error_stats, plot, rows_for, summarize
     from ccweave.collectives import Collective
 
@@ -62,19 +67,29 @@ def run(args) -> int:
     _check_testbed(args.testbed)
     names = [s.strip() for s in args.strategies.split(",") if s.strip()] \
         if args.strategies else None
+    if args.calibrate:
+        _inputs.sizes(args.calibrate_sizes)
     load_before = os.getloadavg()
-    quiet = args.json
-    say = None if quiet else _output.progress_printer()
-    entries, skipped = plan_entries(topo, kind, sizes, names, baselines, root=args.root,
-                                    progress=say)
+    say = None if args.json else _output.progress_printer()
     collective = Collective(kind, topo.num_ranks, root=args.root)
-    jobs = {backend: batch_cases(entries, sizes, collective, backend, reps=args.reps,
-                                 warmup=args.warmup)
-            for backend in dict.fromkeys(["gloo", *baselines])}
-    total = sum(len(cases) for cases in jobs.values())
-    with _progress(total, quiet) as advance:
-        measured = run_jobs(topo, jobs, testbed=args.testbed, max_rate_mbit=args.max_rate,
-                            timeout=args.timeout, on_progress=advance)
+    calibration = None
+    with site(topo, args.testbed, max_rate_mbit=args.max_rate,
+              mpi="mpi" in baselines) as place:
+        model = place.emulated
+        if args.calibrate:
+            if say:
+                say("calibrating the cost model on the machine (ccweave profile --calibrate)")
+            calibration = calibrate(place, args.topology, args.calibrate_sizes,
+                                    timeout=args.timeout, progress=say)
+            model = model.with_cost(calibration.cost, calibration.hosts)
+        entries, skipped = plan_entries(model, kind, sizes, names, baselines, root=args.root,
+                                        scale=place.scale, progress=say)
+        jobs = {backend: batch_cases(entries, sizes, collective, backend, reps=args.reps,
+                                     warmup=args.warmup, scale=place.scale)
+                for backend in dict.fromkeys(["gloo", *baselines])}
+        total = sum(len(cases) for cases in jobs.values())
+        with _progress(total, args.json) as advance:
+            measured = run_jobs(place, jobs, timeout=args.timeout, on_progress=advance)
     load_after = os.getloadavg()
     rows = rows_for(entries, measured, sizes)
     summaries = summarize(rows, sizes)
@@ -82,10 +97,13 @@ def run(args) -> int:
     plots = plot(rows, collective, f"{kind.value} on {topo.name}", args.plot) \
         if args.plot else []
     load = {"before": load_before, "after": load_after, "cores": os.cpu_count()}
+    cost = model.cost.to_dict() if calibration else None
     if args.json:
         _output.print_json({
             "topology": topo.name, "collective": kind.value, "testbed": measured.testbed,
-            "scale": measured.scale, "load_average": load,
+            "scale": measured.scale, "load_average": load, "cost_model": cost,
+            "calibration": [dict(zip(("schedule", "size_bytes", "predicted_s", "measured_s"),
+                                     row)) for row in (calibration.fit if calibration else ())],
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "rows": [row.to_dict() for row in rows],
             "summary": [s.__dict__ for s in summaries],
@@ -112,6 +130,15 @@ def run(args) -> int:
         parts += [f"{name} {ratio:.2f}x slower" if ratio >= 1 else
                   f"{name} {1 / ratio:.2f}x faster" for name, ratio in s.speedup.items()]
         _output.console.print("; ".join(parts))
+    if calibration:
+        fitted = calibration.cost
+        host = ("unlimited" if fitted.host_bandwidth is None
+                else f"{fitted.host_bandwidth / 1e9:.3g} GB/s")
+        _output.console.print(
+            f"cost model fitted on {len(calibration.fit)} calibration runs (median error "
+            f"{calibration.median_error:.0%}): message overhead "
+            f"{fitted.message_overhead * 1e6:.1f} us, host bandwidth {host}, one message at "
+            "a time per connection")
     if stats:
         _output.console.print(f"prediction error |predicted - measured| / measured over "
                               f"{stats.cases} cases: median {stats.median:.0%}, worst "

@@ -36,6 +36,13 @@ def add_parser(subparsers) -> None:
                         help="seconds to wait for a peer before giving up (default 60)")
     parser.add_argument("--no-cuda", dest="cuda", action="store_false",
                         help="skip the CUDA copy paths even on a GPU")
+    parser.add_argument("--no-pairs", dest="pairs", action="store_false",
+                        help="skip the ping-pong of every pair (keep --base's link figures)")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="also run calibration schedules and fit the cost model (per-"
+                             "message overhead, host bandwidth) the simulator then uses")
+    parser.add_argument("--calibrate-sizes", default="1MB,16MB",
+                        help="sizes of the calibration schedules (default 1MB,16MB)")
     parser.add_argument("--base", metavar="TOPO",
                         help="keep this topology's structure, replace its link figures by "
                              "measured ones (a zoo name or JSON file, e.g. from topo import)")
@@ -80,8 +87,19 @@ def run(args) -> int:
     return _report(args, profile)
 
 
+def _fit(args, profile, topo):
+    from ccweave.profile.calibrate import fitted_topology
+
+    say = None if args.json else _output.progress_printer()
+    return fitted_topology(topo, profile, _structure(args, profile), progress=say)
+
+
 def _check(args) -> None:
     _inputs.sizes(args.sizes)
+    if not args.pairs and not args.base:
+        raise InputError("--no-pairs keeps the link figures of --base TOPO: give --base")
+    if args.calibrate:
+        _inputs.sizes(args.calibrate_sizes)
     if args.iters < 1 or args.warmup < 0:
         raise InputError("--iters must be >= 1 and --warmup >= 0")
     if args.timeout <= 0:
@@ -93,6 +111,12 @@ def worker_argv(args, out: str) -> list[str]:
     argv = ["profile", "--backend", args.backend, "--sizes", args.sizes, "--iters",
             str(args.iters), "--warmup", str(args.warmup), "--timeout", str(args.timeout),
             "--worker-out", out]
+    if not args.pairs:
+        argv.append("--no-pairs")
+    if args.calibrate:
+        argv += ["--calibrate", "--calibrate-sizes", args.calibrate_sizes]
+        if args.base:
+            argv += ["--base", args.base]
     return argv if args.cuda else [*argv, "--no-cuda"]
 
 
@@ -132,11 +156,36 @@ def _work(args, job):
             progress = _output.progress_console.print
         profile = measure(transport, _inputs.sizes(args.sizes), iters=args.iters,
                           warmup=args.warmup, timeout=args.timeout, device=device,
-                          copies=args.cuda, progress=progress)
+                          copies=args.cuda, progress=progress, pairs=args.pairs)
+        if args.calibrate:
+            profile = _calibrate(args, profile, transport, progress)
         transport.barrier()
     finally:
         disconnect(transport)
     return profile
+
+
+def _structure(args, profile):
+    """The topology whose strategies make the calibration schedules."""
+    from ccweave.profile.build import flat
+
+    return _inputs.topology(args.base) if args.base else flat(profile, args.name or "profiled")
+
+
+def _calibrate(args, profile, transport, progress):
+    """Every rank runs the calibration schedules; the times go into the profile."""
+    import dataclasses
+
+    from ccweave.profile.calibrate import cases, workloads
+    from ccweave.runtime.batch import run_cases
+
+    loads = workloads(_structure(args, profile), _inputs.sizes(args.calibrate_sizes))
+    if progress and transport.rank == 0:
+        progress(f"calibration: {len(loads)} schedules run for real")
+    rows = run_cases(cases(loads), transport, args.timeout)
+    times = tuple((row["schedule"], load.size_bytes, row["out_of_place"]["time_us"] * 1e-6)
+                  for load, row in zip(loads, rows))
+    return dataclasses.replace(profile, workloads=times)
 
 
 def _report(args, profile) -> int:
@@ -147,27 +196,48 @@ def _report(args, profile) -> int:
         topo = override(_inputs.topology(args.base), profile, args.name)
     else:
         topo = flat(profile, args.name or "profiled")
+    calibration = None
+    if profile.workloads:
+        calibration = _fit(args, profile, topo)
+        topo = topo.with_cost(calibration.cost, calibration.hosts)
     if args.raw:
         profile.save(args.raw)
     if args.output:
         topology_io.write(topo, args.output)
     if args.json:
         _output.print_json({"profile": profile.to_dict(), "topology": topo.summary(),
+                            "cost_model": topo.cost.to_dict(),
+                            "calibration": [dict(zip(("schedule", "size_bytes", "predicted_s",
+                                                      "measured_s"), row))
+                                            for row in (calibration.fit if calibration
+                                                        else ())],
                             "warnings": warnings(profile), "output": args.output,
                             "raw": args.raw})
         return 0
-    sizes = profile.pairs[0].curve.sizes
-    _output.print_table(
-        f"{profile.backend} ping-pong, {format_size(sizes[0])}..{format_size(sizes[-1])}",
-        ["pair", "alpha(us)", "bw(GB/s)", "R^2", "points"],
-        [(f"{p.a} <-> {p.b}", p.curve.fit.alpha * 1e6, p.curve.fit.bandwidth / 1e9,
-          f"{p.curve.fit.r2:.4f}", p.curve.fit.points) for p in profile.pairs])
+    if profile.pairs:
+        sizes = profile.pairs[0].curve.sizes
+        _output.print_table(
+            f"{profile.backend} ping-pong, {format_size(sizes[0])}..{format_size(sizes[-1])}",
+            ["pair", "alpha(us)", "bw(GB/s)", "R^2", "points"],
+            [(f"{p.a} <-> {p.b}", p.curve.fit.alpha * 1e6, p.curve.fit.bandwidth / 1e9,
+              f"{p.curve.fit.r2:.4f}", p.curve.fit.points) for p in profile.pairs])
     if profile.copies:
         _output.print_table(
             "CUDA copy paths (bytes copied per second)",
             ["rank", "path", "alpha(us)", "bw(GB/s)", "R^2"],
             [(c.rank, c.label, c.curve.fit.alpha * 1e6, c.curve.fit.bandwidth / 1e9,
               f"{c.curve.fit.r2:.4f}") for c in profile.copies])
+    if calibration is not None:
+        cost = calibration.cost
+        host = ("unlimited" if cost.host_bandwidth is None
+                else f"{cost.host_bandwidth / 1e9:.3g} GB/s")
+        _output.print_table(
+            f"cost model fitted on {len(calibration.fit)} calibration runs: message overhead "
+            f"{cost.message_overhead * 1e6:.1f} us, host bandwidth {host}",
+            ["schedule", "size", "predicted(us)", "measured(us)", "error"],
+            [(name, format_size(size), predicted * 1e6, measured * 1e6,
+              f"{(predicted - measured) / measured:+.0%}")
+             for name, size, predicted, measured in calibration.fit])
     for note in [*profile.notes, *warnings(profile)]:
         _output.console.print(f"[dim]{note}[/]")
     shape = f"figures onto {args.base}" if args.base else (

@@ -14,7 +14,7 @@ BASE_COPY_PATHS = ("h2d", "d2h", "d2d")
 
 def measure(transport, sizes: Sequence[int], *, iters: int = 5, warmup: int = 2,
             timeout: float = 60.0, device: int | None = None, copies: bool = True,
-            progress: Progress = None) -> Profile:
+            progress: Progress = None, pairs: bool = True) -> Profile:
     """Profile the job behind ``transport``.
 
     Parameters
@@ -25,13 +25,14 @@ def measure(transport, sizes: Sequence[int], *, iters: int = 5, warmup: int = 2,
     device: this rank's CUDA device for the copy paths (default: the transport's when it
         is a GPU, else ``rank % device count``); launchers pass ``local_rank % count``.
     copies: measure the CUDA copy paths when a GPU is present.
+    pairs: ping-pong every pair (skipped: the profile has hosts and copies only).
     """
     sizes = sorted(set(int(s) for s in sizes))
     nodes = host_groups(transport)
-    pairs = measure_pairs(transport, sizes, iters=iters, warmup=warmup, timeout=timeout,
-                          progress=progress)
+    measured = measure_pairs(transport, sizes, iters=iters, warmup=warmup, timeout=timeout,
+                             progress=progress) if pairs else {}
     figures = tuple(PairFigure(a, b, Curve.of(sizes, times)) for (a, b), times in
-                    sorted(pairs.items()))
+                    sorted(measured.items()))
     notes: list[str] = []
     copy_figures: tuple[CopyFigure, ...] = ()
     reason = cuda.unavailable_reason() if copies else "CUDA copy paths skipped (--no-cuda)"

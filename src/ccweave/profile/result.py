@@ -70,6 +70,8 @@ class Profile:
     pairs: tuple[PairFigure, ...]
     copies: tuple[CopyFigure, ...] = ()
     notes: tuple[str, ...] = ()
+    workloads: tuple[tuple[str, int, float], ...] = ()
+    """Calibration schedules run for real: (schedule name, size in bytes, seconds)."""
 
     def pair(self, a: int, b: int) -> PairFigure | None:
         low, high = min(a, b), max(a, b)
@@ -83,6 +85,7 @@ class Profile:
             "copies": [{"rank": c.rank, "path": c.path, "peer": c.peer, **c.curve.to_dict()}
                        for c in self.copies],
             "notes": list(self.notes),
+            "workloads": [list(w) for w in self.workloads],
         }
 
     @classmethod
@@ -98,7 +101,9 @@ class Profile:
                        tuple(CopyFigure(int(c["rank"]), str(c["path"]), Curve.from_dict(c),
                                         None if c.get("peer") is None else int(c["peer"]))
                              for c in data.get("copies", [])),
-                       tuple(str(n) for n in data.get("notes", [])))
+                       tuple(str(n) for n in data.get("notes", [])),
+                       tuple((str(name), int(size), float(seconds))
+                             for name, size, seconds in data.get("workloads", [])))
         except (KeyError, TypeError, ValueError) as error:
             raise InputError(f"{source}: malformed profile ({type(error).__name__}: "
                              f"{error}); write it again with `ccweave profile --raw`") from None

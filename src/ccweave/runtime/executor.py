@@ -63,6 +63,8 @@ class Executor:
         self._tracing = False
         self.program: Program = compile_program(schedule, transport.rank)
         ops = self.program.ops
+        # every rank opens the same channels: the schedule's, not this rank's program's
+        transport.open_channels(1 + max((t.channel for t in schedule.transfers), default=0))
         self._children: list[list[int]] = [[] for _ in ops]
         for index, op in enumerate(ops):
             for dep in op.deps:
@@ -249,10 +251,10 @@ class Executor:
                 for number, (lo, hi) in enumerate(pieces):
                     key, peer, label = (index, number), op.peer, tag + op.transfer
                     if op.kind is OpKind.SEND:
-                        pending[key] = transport.isend(buffer[lo:hi], peer, label)
+                        pending[key] = transport.isend(buffer[lo:hi], peer, label, op.channel)
                         continue
                     if not op.reduce:
-                        pending[key] = transport.irecv(buffer[lo:hi], peer, label)
+                        pending[key] = transport.irecv(buffer[lo:hi], peer, label, op.channel)
                         continue
                     handle = receive_data(buffer[lo:hi], peer, label) if receive_data else None
                     if handle is not None:
@@ -261,7 +263,7 @@ class Executor:
                     if index not in temps:
                         temps[index] = self._temp(dst)
                     staged[key] = temps[index][lo:hi]
-                    pending[key] = transport.irecv(staged[key], peer, label)
+                    pending[key] = transport.irecv(staged[key], peer, label, op.channel)
             if finished == total:
                 break
             order = sorted(pending)

@@ -103,8 +103,10 @@ def connect(backend: str, job: JobEnv, timeout: float = 60.0) -> Transport:
     transport = TorchTransport(board=FaultBoard(store, job.rank, job.world_size))
     if backend == "gloo":
         from ccweave.runtime.transport.shm import with_shared_memory
+        from ccweave.runtime.transport.sockets import local_address, with_sockets
 
-        return with_shared_memory(transport)
+        address = local_address(job.master_addr or "127.0.0.1")
+        return with_shared_memory(with_sockets(transport, address))
     return transport
 
 

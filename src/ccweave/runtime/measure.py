@@ -1,7 +1,9 @@
 """nccl-tests-style measurement of executed schedules: for each size, check every element
 once, then time warm iterations, out of place and in place.
 
-Times are averaged over ranks (nccl-tests' default), ``#wrong`` summed over ranks;
+A time is the slowest rank's (nccl-tests averages over ranks; a collective is done when
+its last rank is, and a schedule that leaves ranks idle would look faster than it is),
+the median of ``reps`` repetitions; ``#wrong`` is summed over ranks;
 ``algbw = size / time``, ``busbw = algbw * factor`` (see :attr:`Collective.busbw_factor`).
 """
 
@@ -156,8 +158,9 @@ def measure_call(call: Callable[[torch.Tensor, torch.Tensor], None], coll: Colle
                  layout: Layout, transport: Transport, opts: Options,
                  in_place: bool = False) -> Result:
     """Check ``call(input, output)`` once, then time it: ``reps`` repetitions of ``iters``
-    runs after ``warmup``; the median repetition's time per run, averaged over ranks."""
-    rank = transport.rank
+    runs after ``warmup``, each started together (a barrier); a repetition lasts as long
+    as its slowest rank, and the median repetition's time per run is reported."""
+    rank, ranks = transport.rank, transport.world_size
     data, out = reference.make_buffers(coll, rank, layout, opts.dtype, opts.op, in_place,
                                        transport.device)
     call(data, out)
@@ -167,18 +170,20 @@ def measure_call(call: Callable[[torch.Tensor, torch.Tensor], None], coll: Colle
         wrong = reference.count_wrong(coll, rank, layout, out, opts.op, in_place)
     for _ in range(opts.warmup):
         call(data, out)
-    times = []
-    for _ in range(max(1, opts.reps)):
+    reps = max(1, opts.reps)
+    times = [0.0] * (reps * ranks)  # every rank's time of every repetition, summed below
+    for rep in range(reps):
         transport.barrier()
         _synchronize(transport.device)
         start = time.perf_counter()
         for _ in range(opts.iters):
             call(data, out)
         _synchronize(transport.device)
-        times.append((time.perf_counter() - start) / max(1, opts.iters))
+        times[rep * ranks + rank] = (time.perf_counter() - start) / max(1, opts.iters)
     del data, out
-    *totals, total_wrong = transport.sum_values([*times, float(wrong)])
-    seconds = statistics.median(totals) / transport.world_size
+    *everyone, total_wrong = transport.sum_values([*times, float(wrong)])
+    seconds = statistics.median(max(everyone[rep * ranks:(rep + 1) * ranks])
+                                for rep in range(reps))
     size = layout.size_bytes(opts.dtype.itemsize)
     algbw = size / seconds / 1e9 if seconds > 0 else float("inf")
     return Result(seconds * 1e6, algbw, algbw * coll.busbw_factor,

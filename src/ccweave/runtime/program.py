@@ -5,8 +5,13 @@ A transfer ``src -> dst`` becomes a SEND on ``src`` and a RECV on ``dst``; a loc
 schedule (lowest transfer index first), and each op depends on the earlier ops *of its
 rank* that touch the same slots (last writer; readers since the last write). Every data
 hazard is on some rank's slots, which only that rank's ops touch, so these local deps
-are all the ordering a rank needs; schedule deps across ranks are pure ordering the
-verifier already proved.
+are all the ordering correctness needs. An op also waits for its transfer's schedule
+deps that this rank takes part in: pure ordering, but the order a strategy chose to
+pipeline its chunks (a ring sends chunk k+1 after chunk k); without it a rank posts
+every send it can at once, and on a connection, where messages go one after another,
+the one the pipeline needs next waits behind them (8 ranks, hierarchical allreduce:
+the first inter-node send waited 0.2 s for the intra-node ring's second step). Deps on
+transfers elsewhere are enforced by the ranks that take part in them.
 
 No deadlock by construction: ranks issue ops in the restriction of one global order, so
 the first unfinished transfer of that order has both ends issued (its earlier ops are
@@ -155,14 +160,20 @@ def compile_all(schedule: Schedule, fuse: bool = True) -> tuple[Program, ...]:
         else:
             raw[t.src].append(_Raw(OpKind.SEND, index, t.dst, src, None, False, t.channel))
             raw[t.dst].append(_Raw(OpKind.RECV, index, t.src, None, dst, reduce, t.channel))
+    transfers = schedule.transfers
     programs = []
     for rank in range(n):
-        entries = _fuse(raw[rank]) if fuse else raw[rank]
+        entries, absorbed = _fuse(raw[rank]) if fuse else (raw[rank], {})
         hazards = _Hazards()
         ops = []
+        where: dict[int, int] = {}  # transfer -> the op of this rank that carries it
         for number, entry in enumerate(entries):
             deps = hazards.deps(entry.src, entry.dst)
             hazards.record(number, entry.src, entry.dst)
+            for carried in (entry.transfer, *absorbed.get(entry.transfer, ())):
+                deps.update(where[d] for d in transfers[carried].deps if d in where)
+                where[carried] = number
+            deps.discard(number)
             ops.append(Operation(entry.kind, entry.transfer, entry.peer, entry.src, entry.dst,
                                  entry.reduce, tuple(sorted(deps)), entry.channel))
         programs.append(Program(rank, schedule, tuple(ops)))
@@ -185,10 +196,13 @@ def _touches(slot: Slot | None, other: Slot) -> bool:
             and slot.index < other.index + other.count and other.index < slot.index + slot.count)
 
 
-def _fuse(entries: list[_Raw]) -> list[_Raw]:
-    """Fold local copies into the receive-and-reduce that next updates their destination."""
+def _fuse(entries: list[_Raw]) -> tuple[list[_Raw], dict[int, tuple[int, ...]]]:
+    """Fold local copies into the receive-and-reduce that next updates their destination.
+
+    Also returns, per receive that absorbed copies, the copies' transfers."""
     out = list(entries)
     dropped: set[int] = set()
+    absorbed: dict[int, tuple[int, ...]] = {}
     for i, copy in enumerate(out):
         if copy.kind is not OpKind.LOCAL or copy.reduce:
             continue
@@ -204,10 +218,12 @@ def _fuse(entries: list[_Raw]) -> list[_Raw]:
                     out[j] = _Raw(OpKind.RECV, other.transfer, other.peer, src, dst, True,
                                   other.channel)
                     dropped.add(i)
+                    absorbed[other.transfer] = (*absorbed.get(other.transfer, ()),
+                                                copy.transfer)
                 break
             if _touches(other.dst, src):
                 break
-    return [entry for number, entry in enumerate(out) if number not in dropped]
+    return [entry for number, entry in enumerate(out) if number not in dropped], absorbed
 
 
 def compile_program(schedule: Schedule, rank: int) -> Program:

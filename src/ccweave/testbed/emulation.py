@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ccweave.errors import InputError
-from ccweave.topology.model import Node, Topology
+from ccweave.topology.model import Link, Node, Topology
 
 DEFAULT_MAX_RATE_MBIT = 400.0
 """The fastest link the emulation shapes: 8 ranks of a 2-core host move about that much
@@ -122,6 +122,17 @@ class Emulation:
         ``btl_tcp_if_include``): any of the rank's, since they carry the same address
         and host routes pick the link."""
         return self.devices(rank)[0]
+
+    def emulated_topology(self) -> Topology:
+        """The machine the testbed really is: every bandwidth times :attr:`scale`, no
+        link latency (the host's own latency is what the emulation has, and what a
+        calibrated cost model measures)."""
+        topo = self.topology
+        links = tuple(Link(lk.src, lk.dst, lk.bandwidth * self.scale, 0.0, lk.kind)
+                      for lk in topo.links)
+        return Topology(f"{topo.name} (emulated)", topo.num_ranks, links, topo.fabric,
+                        topo.groups, topo.local_bandwidth, f"netns emulation of {topo.name}"
+                        f" at x{self.scale:.4g} bandwidth", topo.cost)
 
     def to_machine_time(self, emulated_s: float) -> float:
         """A time measured on the emulation, as the emulated machine would take it."""

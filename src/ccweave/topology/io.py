@@ -11,12 +11,12 @@ from pathlib import Path
 
 from ccweave.errors import TopologyError
 from ccweave.jsonfile import read_json
-from ccweave.topology import zoo
+from ccweave.topology import cost, zoo
 from ccweave.topology.model import Link, NodeKind, Topology
 from ccweave.units import GB_PER_S, US
 
 _TOP_FIELDS = {"name", "ranks", "fabric", "links", "groups", "local_bw_GBps", "source",
-               "format", "comment"}
+               "cost_model", "format", "comment"}
 _LINK_FIELDS = {"src", "dst", "bw_GBps", "alpha_us", "duplex", "kind", "count"}
 
 
@@ -85,10 +85,12 @@ def from_dict(data: object, source: str = "topology") -> Topology:
     if isinstance(local, bool) or not isinstance(local, (int, float)) or local <= 0:
         raise TopologyError(f"{source}: field 'local_bw_GBps' must be a positive number")
     name = data.get("name", Path(source).stem)
+    model = cost.from_dict(data["cost_model"], source) if "cost_model" in data else \
+        cost.CostModel()
     try:
         return Topology(str(name), ranks, tuple(links), dict(fabric),
                         {k: tuple(tuple(p) for p in v) for k, v in groups.items()},
-                        float(local) * GB_PER_S, str(data.get("source", source)))
+                        float(local) * GB_PER_S, str(data.get("source", source)), model)
     except TopologyError as error:
         raise TopologyError(f"{source}: {error}") from None
 
@@ -141,6 +143,7 @@ def to_dict(topology: Topology) -> dict[str, object]:
         "groups": {kind: [list(p) for p in parts] for kind, parts in topology.groups.items()},
         "local_bw_GBps": topology.local_bandwidth / GB_PER_S,
         "source": topology.source,
+        **({} if topology.cost.is_empty else {"cost_model": topology.cost.to_dict()}),
     }
 
 

@@ -20,6 +20,7 @@ import scipy.sparse
 import scipy.sparse.csgraph
 
 from ccweave.errors import TopologyError
+from ccweave.topology.cost import HOST_GROUP, CostModel
 
 Node = int | str
 """A rank (``int`` 0..N-1) or a fabric node (its ``str`` name)."""
@@ -66,6 +67,8 @@ class Topology:
         ``{"node": ((0, 1, 2, 3), (4, 5, 6, 7)), "socket": ...}``.
     local_bandwidth: bytes/second of a copy or reduction inside one rank's memory.
     source: where the figures come from, for people.
+    cost: per-rank and per-host costs a profile measured beside the links (none by
+        default; see :mod:`ccweave.topology.cost`).
     """
 
     name: str
@@ -75,6 +78,7 @@ class Topology:
     groups: Mapping[str, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
     local_bandwidth: float = 1e12
     source: str = ""
+    cost: CostModel = field(default_factory=CostModel)
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_ranks, int) or self.num_ranks < 1:
@@ -99,6 +103,8 @@ class Topology:
         object.__setattr__(self, "groups", self._checked_groups())
         if not self.local_bandwidth > 0:
             raise TopologyError(f"topology {self.name!r}: local_bandwidth must be positive")
+        if not isinstance(self.cost, CostModel):
+            raise TopologyError(f"topology {self.name!r}: cost must be a CostModel")
 
     def _checked_links(self) -> list[Link]:
         checked = []
@@ -168,6 +174,24 @@ class Topology:
     def kind(self, node: Node) -> NodeKind:
         return NodeKind.RANK if self.is_rank(node) else self.fabric[node]  # type: ignore[index]
 
+    @cached_property
+    def host_of(self) -> tuple[int, ...]:
+        """Per rank, the number of the host whose CPUs it shares (its ``host`` group;
+        every rank its own host when there is no such group)."""
+        if HOST_GROUP not in self.groups:
+            return tuple(self.ranks)
+        index = self.group_index(HOST_GROUP)
+        return tuple(index[rank][0] for rank in self.ranks)
+
+    def with_cost(self, cost: CostModel, hosts: tuple[tuple[int, ...], ...] | None = None
+                  ) -> Topology:
+        """The same machine with ``cost`` (and, when given, ``hosts`` as its host group)."""
+        groups = dict(self.groups)
+        if hosts is not None:
+            groups[HOST_GROUP] = hosts
+        return Topology(self.name, self.num_ranks, self.links, self.fabric, groups,
+                        self.local_bandwidth, self.source, cost)
+
     def group_of(self, kind: str, rank: int) -> tuple[int, ...]:
         """The group of ``kind`` (``node``, ``socket``) that holds ``rank``."""
         return self.group_index(kind)[rank][1]
@@ -210,7 +234,7 @@ class Topology:
         return Topology(f"{self.name}(reversed)", self.num_ranks,
                         tuple(Link(lk.dst, lk.src, lk.bandwidth, lk.alpha, lk.kind)
                               for lk in self.links),
-                        self.fabric, self.groups, self.local_bandwidth, self.source)
+                        self.fabric, self.groups, self.local_bandwidth, self.source, self.cost)
 
     def to_networkx(self):
         """A ``networkx.DiGraph`` with node attribute ``kind`` and link attributes

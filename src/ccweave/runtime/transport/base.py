@@ -37,12 +37,20 @@ class Transport(abc.ABC):
         self.device = device
 
     @abc.abstractmethod
-    def isend(self, tensor: torch.Tensor, peer: int, tag: int) -> object:
-        """Start sending a contiguous tensor; returns a handle."""
+    def isend(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0) -> object:
+        """Start sending a contiguous tensor on ``channel``; returns a handle."""
 
     @abc.abstractmethod
-    def irecv(self, tensor: torch.Tensor, peer: int, tag: int) -> object:
-        """Start receiving into a contiguous tensor; returns a handle."""
+    def irecv(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0) -> object:
+        """Start receiving into a contiguous tensor on ``channel``; returns a handle."""
+
+    def open_channels(self, count: int) -> None:
+        """Make ``count`` channels usable (every rank calls it with the same count). A
+        channel is a connection per peer of its own, so messages on different channels
+        travel side by side; on one channel they go one after another, in the order
+        both ends posted them (what the simulator assumes). Transports with one path per
+        peer keep it."""
+        del count
 
     @abc.abstractmethod
     def wait_some(self, handles: Sequence[object], timeout: float) -> list[int]:

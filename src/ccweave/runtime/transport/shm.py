@@ -155,9 +155,9 @@ class ShmTransport(Transport):
 
     # ---------------------------------------------------------- messages
 
-    def isend(self, tensor: torch.Tensor, peer: int, tag: int) -> object:
+    def isend(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0) -> object:
         if not self._uses_shm(tensor, peer):
-            return self.inner.isend(tensor, peer, tag)
+            return self.inner.isend(tensor, peer, tag, channel)
         nbytes = tensor.numel() * tensor.element_size()
         if self.used + nbytes > self.capacity:  # begin() was not told: grow, keep going
             self._reap(3600.0)
@@ -174,9 +174,9 @@ class ShmTransport(Transport):
         self._outstanding.append(send)
         return send
 
-    def irecv(self, tensor: torch.Tensor, peer: int, tag: int) -> object:
+    def irecv(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0) -> object:
         if not self._uses_shm(tensor, peer):
-            return self.inner.irecv(tensor, peer, tag)
+            return self.inner.irecv(tensor, peer, tag, channel)
         header = torch.zeros(_HEADER, dtype=torch.int64)
         return _Recv(peer, tag, header, self.inner.irecv(header, peer, tag), tensor)
 
@@ -228,6 +228,9 @@ class ShmTransport(Transport):
         return done
 
     # ---------------------------------------------------------- the rest
+
+    def open_channels(self, count: int) -> None:
+        self.inner.open_channels(count)
 
     def order_after(self, handle: object) -> None:
         self.inner.order_after(handle)

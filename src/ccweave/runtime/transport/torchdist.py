@@ -1,19 +1,17 @@
 """torch.distributed point-to-point: gloo (CPU, host-driven) and NCCL (GPU, stream-ordered).
 
-Gloo's send/recv works cannot be polled (``is_completed`` stays false until ``wait``),
-so each posted work is waited on by a helper thread and :meth:`wait_some` hears of
-whichever finishes first. Blocking on the oldest work instead held up every operation
-behind it: a receive from a slow link stalled the sends a fast one had made ready.
-NCCL runs operations on its streams in issue order and ignores tags, which the compiled
-order (program.py) makes match on both ends.
+Gloo's send/recv works cannot be polled (``is_completed`` stays false until ``wait``)
+and a timed-out ``wait`` closes the pair, so :meth:`wait_some` blocks on the oldest
+handle; the compiled order makes that deadlock-free (see program.py). NCCL runs
+operations on its streams in issue order and ignores tags, which the same order makes
+match on both ends.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -22,8 +20,6 @@ from ccweave.runtime.faults import FaultBoard
 from ccweave.runtime.transport.base import PeerFailure, Transport
 
 _TIMEOUT_WORDS = ("Timed out", "timed out", "Timeout", "timeout")
-WAITERS = 64
-"""Helper threads waiting on gloo works; more works in flight queue for a thread."""
 
 
 def _first_sentence(text: str) -> str:
@@ -58,35 +54,22 @@ class TorchTransport(Transport):
         self.board = board
         self._global = [dist.get_global_rank(self.group, r) if group is not None else r
                         for r in range(self.world_size)]
-        self._waiters: ThreadPoolExecutor | None = None
 
-    def _posted(self, work: object) -> object:
-        """NCCL: the work itself. Gloo: a future a helper thread completes on ``wait``."""
-        if self.stream_ordered:
-            return work
-        if self._waiters is None:
-            self._waiters = ThreadPoolExecutor(WAITERS, thread_name_prefix="ccweave-wait")
-        return self._waiters.submit(work.wait)  # type: ignore[attr-defined]
+    def isend(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0) -> object:
+        return dist.isend(tensor, self._global[peer], group=self.group, tag=tag)
 
-    def isend(self, tensor: torch.Tensor, peer: int, tag: int) -> object:
-        return self._posted(dist.isend(tensor, self._global[peer], group=self.group, tag=tag))
-
-    def irecv(self, tensor: torch.Tensor, peer: int, tag: int) -> object:
-        return self._posted(dist.irecv(tensor, self._global[peer], group=self.group, tag=tag))
+    def irecv(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0) -> object:
+        return dist.irecv(tensor, self._global[peer], group=self.group, tag=tag)
 
     def wait_some(self, handles: Sequence[object], timeout: float) -> list[int]:
-        futures: Sequence[Future] = handles  # type: ignore[assignment]
-        wait_futures(futures, timeout, return_when=FIRST_COMPLETED)
-        done = [position for position, future in enumerate(futures) if future.done()]
-        for position in done:
-            error = futures[position].exception()
-            if error is None:
-                continue
+        try:
+            handles[0].wait(timedelta(seconds=timeout))  # type: ignore[attr-defined]
+        except RuntimeError as error:
             text = str(error)
             if any(word in text for word in _TIMEOUT_WORDS) and "closed" not in text:
                 return []
-            raise PeerFailure(position, _first_sentence(text) or repr(error))
-        return done
+            raise PeerFailure(0, _first_sentence(text) or repr(error)) from None
+        return [0]
 
     def order_after(self, handle: object) -> None:
         handle.wait()  # type: ignore[attr-defined]  # NCCL: the current stream waits
@@ -101,11 +84,6 @@ class TorchTransport(Transport):
         tensor = torch.tensor(list(values), dtype=torch.float64, device=self.device)
         dist.all_reduce(tensor, group=self.group)
         return tensor.tolist()
-
-    def close(self) -> None:
-        if self._waiters is not None:
-            self._waiters.shutdown(wait=False, cancel_futures=True)
-            self._waiters = None
 
     def explain_loss(self, peer: int) -> str:
         if self.board is None:

@@ -1,0 +1,154 @@
+"""Fit the cost model (:mod:`ccweave.topology.cost`) to the running machine: run a few
+real schedules that stress what the links alone do not explain — every rank sending to
+every other at once (the hosts' CPUs), many small messages in a pipeline (each message's
+cost) — and choose the per-message overhead and host bandwidth with which the simulator
+predicts their measured times best (least squares on log time).
+
+The schedules are ccweave's own strategies on the machine's topology, run by the same
+executor ``ccweave run`` and ``ccweave bench`` use, so what is fitted is what they pay.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import scipy.optimize
+
+from ccweave.collectives import Kind
+from ccweave.compare import build_verified
+from ccweave.errors import NotApplicableError
+from ccweave.runtime.batch import Case
+from ccweave.schedule import Schedule
+from ccweave.simulate import simulate
+from ccweave.topology.cost import CostModel
+from ccweave.topology.model import Topology
+
+WORKLOADS = ((Kind.ALLTOALL, "direct", {}),
+             (Kind.ALLGATHER, "ring", {"chunks": 8}),
+             (Kind.ALLREDUCE, "double-binary-tree", {"chunks": 16}),
+             (Kind.ALLREDUCE, "ring", {"chunks": 16}),
+             (Kind.ALLREDUCE, "ring", {"channels": 1, "chunks": 1}))
+"""Every rank to every other at once (the hosts' CPUs); rings on every channel; two
+trees pipelining 16 chunks each, long chains of dependent small messages (each
+message's latency and overhead); one plain ring (what the links alone explain)."""
+DEFAULT_SIZES = (1 << 20, 16 << 20)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One calibration schedule at one size and the time it took."""
+
+    schedule: Schedule
+    size_bytes: int
+    measured_s: float | None = None
+
+
+def workloads(topology: Topology, sizes: Sequence[int] = DEFAULT_SIZES) -> list[Workload]:
+    """The calibration schedules that build on ``topology``, at each size."""
+    found = []
+    for kind, strategy, options in WORKLOADS:
+        try:
+            schedule = build_verified(topology, kind, strategy, **options)
+        except NotApplicableError:
+            continue
+        found += [Workload(schedule, size) for size in sizes]
+    return found
+
+
+def cases(loads: Sequence[Workload], *, reps: int = 3) -> list[Case]:
+    """The batch cases that measure ``loads`` (one iteration per repetition)."""
+    return [Case(f"calibrate-{number}", load.schedule, (load.size_bytes,), modes=(False,),
+                 iters=1, warmup=1, reps=reps) for number, load in enumerate(loads)]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The fitted model and how well it explains each workload (predicted, measured)."""
+
+    cost: CostModel
+    hosts: tuple[tuple[int, ...], ...]
+    fit: tuple[tuple[str, int, float, float], ...]
+    """(schedule, size, predicted s, measured s) per workload."""
+
+    @property
+    def median_error(self) -> float:
+        errors = sorted(abs(p - m) / m for _, _, p, m in self.fit)
+        return errors[len(errors) // 2] if errors else 0.0
+
+
+def fit(topology: Topology, loads: Sequence[Workload], hosts: tuple[tuple[int, ...], ...],
+        progress: Callable[[str], None] | None = None, starts: int = 2) -> Calibration:
+    """The link efficiency, host bandwidth, message latency and message overhead that best
+    predict ``loads``' measured times on ``topology`` (least squares on log time), with
+    connections carrying one message at a time as the runtime's do.
+
+    A coarse grid of the four on log scales finds ``starts`` starting points; a
+    trust-region least-squares solve from each refines them. Ranges:
+    efficiency 0.3 .. 1; host bandwidth from the slowest link to 100x the fastest (beyond:
+    unlimited); latency 0.1 us .. 100 ms and overhead 0.1 us .. 10 ms (at the low end:
+    none).
+    """
+    measured = [load for load in loads if load.measured_s]
+    top = max(link.bandwidth for link in topology.links)
+    low = min(link.bandwidth for link in topology.links)
+    source = "fitted by ccweave profile --calibrate"
+
+    def residuals(cost: CostModel) -> list[float]:
+        machine = topology.with_cost(cost, hosts)
+        return [math.log(simulate(load.schedule, machine, load.size_bytes).time_s
+                         / load.measured_s) for load in measured]
+
+    def loss(cost: CostModel) -> float:
+        return sum(r * r for r in residuals(cost))
+
+    bounds = [(math.log(0.3), 0.0), (math.log(low), math.log(top * 1e3)),
+              (math.log(1e-7), math.log(1e-1)), (math.log(1e-7), math.log(1e-2))]
+    unlimited = math.log(top * 1e2)  # a host this fast never limits: no host term
+
+    def model_of(x: Sequence[float]) -> CostModel:
+        efficiency, host, latency, overhead = (math.exp(v) for v in x)
+        return CostModel(overhead if x[3] > bounds[3][0] + 1e-9 else 0.0,
+                         latency if x[2] > bounds[2][0] + 1e-9 else 0.0,
+                         host if x[1] < unlimited else None, True, min(1.0, efficiency),
+                         source)
+
+    # a coarse grid over the four (the terms trade off against each other: a greedy start
+    # lets one absorb what another explains), then least squares from its two best points
+    levels = [(0.0, math.log(0.7)),
+              (bounds[1][1], math.log(low * 8), math.log(math.sqrt(low * top) * 4)),
+              (bounds[2][0], math.log(1e-5), math.log(1e-3)),
+              (bounds[3][0], math.log(1e-5), math.log(3e-4))]
+    grid = sorted((loss(model_of(point)), point) for point in itertools.product(*levels))
+    low_x, high_x = zip(*bounds)
+    best, x = grid[0][0], list(grid[0][1])
+    for number, (_, point) in enumerate(grid[:starts]):
+        if progress:
+            progress(f"fitting the cost model, start {number + 1} of {starts}")
+        start = [min(max(v, lo + 1e-6), hi - 1e-6) for v, lo, hi in zip(point, low_x, high_x)]
+        refined = scipy.optimize.least_squares(lambda v: residuals(model_of(v)), start,
+                                               bounds=(low_x, high_x), diff_step=0.05,
+                                               max_nfev=60)
+        if 2 * refined.cost < best:
+            best, x = 2 * refined.cost, list(refined.x)
+    cost = model_of(x)
+    machine = topology.with_cost(cost, hosts)
+    table = tuple((load.schedule.name, load.size_bytes,
+                   simulate(load.schedule, machine, load.size_bytes).time_s, load.measured_s)
+                  for load in measured)
+    return Calibration(cost, hosts, table)
+
+
+def fitted_topology(topology: Topology, profile, structure: Topology | None = None,
+                    progress: Callable[[str], None] | None = None) -> Calibration:
+    """Fit the profile's calibration times (``profile.workloads``) on ``topology``; the
+    schedules are rebuilt from ``structure`` (default: ``topology``), as the ranks built
+    them, and each rank's host is the profile's host grouping."""
+    measured = {(name, size): seconds for name, size, seconds in profile.workloads}
+    sizes = sorted({size for _, size, _ in profile.workloads})
+    loads = [Workload(load.schedule, load.size_bytes,
+                      measured.get((load.schedule.name, load.size_bytes)))
+             for load in workloads(structure or topology, sizes)]
+    return fit(topology, loads, profile.nodes, progress=progress)

@@ -1,0 +1,157 @@
+"""The cost model a profile fits beside the links: each term does what docs/simulator.md
+says on exact cases, the plain model is unchanged without it, the file format keeps it,
+and the calibration recovers a known model from the times it predicts."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ccweave.collectives import Buffer, Collective, Kind
+from ccweave.errors import TopologyError
+from ccweave.profile.calibrate import Workload, fit, workloads
+from ccweave.schedule import Schedule, Transfer
+from ccweave.simulate import simulate
+from ccweave.topology import io as topology_io
+from ccweave.topology.cost import CostModel, from_dict
+from ccweave.topology.model import Link, NodeKind, Topology
+from tests.strategies import topology_and_schedule
+
+MB = 2**20
+IN, OUT = Buffer.INPUT, Buffer.OUTPUT
+
+
+def pair(bandwidth: float = 100e6, ranks: int = 2) -> Topology:
+    """Ranks on one switch, every port ``bandwidth`` both ways, no alpha."""
+    links = []
+    for rank in range(ranks):
+        links += [Link(rank, "sw", bandwidth), Link("sw", rank, bandwidth)]
+    return Topology("pair", ranks, tuple(links), {"sw": NodeKind.SWITCH})
+
+
+def sends(count: int, channels: tuple[int, ...] | None = None, chain: bool = False,
+          ranks: int = 2) -> Schedule:
+    """Rank 0 sends rank 1 ``count`` chunks as separate transfers (sendrecv)."""
+    coll = Collective(Kind.SENDRECV, ranks, count // ranks, root=0, peer=1)
+    transfers = tuple(
+        Transfer(0, 1, IN, i, OUT, i, channel=channels[i] if channels else 0,
+                 deps=(i - 1,) if chain and i else ())
+        for i in range(coll.output_chunks))
+    return Schedule(coll, transfers, name="sends")
+
+
+def with_cost(topology: Topology, **terms) -> Topology:
+    return topology.with_cost(CostModel(**terms), (tuple(topology.ranks),))
+
+
+def test_message_overhead_issues_a_ranks_transfers_one_after_another():
+    schedule = sends(8)  # eight one-byte transfers
+    costed = simulate(schedule, with_cost(pair(), message_overhead=1e-3), 8)
+    assert sorted(costed.start) == pytest.approx([1e-3 * k for k in range(1, 9)])
+    assert costed.time_s == pytest.approx(8e-3 + 1 / 100e6)
+
+
+def test_message_latency_adds_to_each_transfer_but_overlaps():
+    apart = simulate(sends(8), with_cost(pair(), message_latency=1e-3), 8).time_s
+    chained = simulate(sends(8, chain=True), with_cost(pair(), message_latency=1e-3), 8)
+    assert apart == pytest.approx(1e-3, rel=1e-3)  # all at once: one latency
+    assert chained.time_s == pytest.approx(8e-3, rel=1e-3)  # one after another: eight
+
+
+def test_link_efficiency_scales_every_links_bandwidth():
+    schedule = sends(2)
+    costed = simulate(schedule, with_cost(pair(), link_efficiency=0.5), 100 * MB)
+    assert costed.time_s == pytest.approx(100 * MB / 50e6, rel=1e-6)
+
+
+def test_one_connection_carries_one_message_at_a_time_channels_side_by_side():
+    fifo = with_cost(pair(), connection_fifo=True)
+    one = simulate(sends(2, channels=(0, 0)), fifo, 200 * MB)
+    assert sorted(one.finish) == pytest.approx([1.0 * MB / 1e6, 2.0 * MB / 1e6])
+    two = simulate(sends(2, channels=(0, 1)), fifo, 200 * MB)
+    assert sorted(two.finish) == pytest.approx([2.0 * MB / 1e6] * 2)
+    shared = simulate(sends(2, channels=(0, 0)), pair(), 200 * MB)  # plain: side by side
+    assert sorted(shared.finish) == pytest.approx([2.0 * MB / 1e6] * 2)
+
+
+def test_a_host_short_of_cpu_slows_every_flow_it_carries_alike():
+    # ranks 0->1 on 100 MB/s ports and 2->3 on 10 MB/s ports, one host moving 55 MB/s:
+    # the links alone give 100 + 10; the host scales both by 0.5
+    links = []
+    for rank, bandwidth in ((0, 100e6), (1, 100e6), (2, 10e6), (3, 10e6)):
+        links += [Link(rank, "sw", bandwidth), Link("sw", rank, bandwidth)]
+    topology = Topology("mixed", 4, tuple(links), {"sw": NodeKind.SWITCH})
+    coll = Collective(Kind.ALLTOALL, 4, 1)
+    schedule = Schedule(coll, (Transfer(0, 1, IN, 1, OUT, 0), Transfer(2, 3, IN, 3, OUT, 2)))
+    result = simulate(schedule, with_cost(topology, host_bandwidth=55e6), 4 * 1e6)
+    fast, slow = result.finish
+    assert fast == pytest.approx(1e6 / 50e6, rel=1e-6)
+    # the slow flow runs at 5 MB/s while the fast one is on, then alone at 10 MB/s
+    assert slow == pytest.approx(1e6 / 50e6 + (1e6 - 5e6 * 1e6 / 50e6) / 10e6, rel=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_an_empty_cost_model_is_the_plain_model(data):
+    topology, schedule = data.draw(topology_and_schedule())
+    size = data.draw(st.sampled_from([0, 1024, 8 * MB]))
+    plain = simulate(schedule, topology, size)
+    again = simulate(schedule, topology.with_cost(CostModel(), (tuple(topology.ranks),)), size)
+    assert list(again.finish) == list(plain.finish)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_every_transfer_takes_at_least_its_costed_idle_time(data):
+    topology, schedule = data.draw(topology_and_schedule())
+    cost = CostModel(data.draw(st.sampled_from([0.0, 1e-6, 1e-4])),
+                     data.draw(st.sampled_from([0.0, 1e-5])),
+                     data.draw(st.sampled_from([None, 1e9, 1e11])),
+                     data.draw(st.booleans()), data.draw(st.sampled_from([0.5, 1.0])))
+    machine = topology.with_cost(cost, (tuple(topology.ranks),))
+    size = 4 * MB
+    result = simulate(schedule, machine, size)
+    chunk = schedule.collective.chunk_bytes(size)
+    for index, transfer in enumerate(schedule.transfers):
+        took = result.finish[index] - result.ready[index]
+        if transfer.src == transfer.dst:
+            continue
+        bottleneck = topology.route_bandwidth(transfer.src, transfer.dst) * cost.link_efficiency
+        idle = (topology.route_alpha(transfer.src, transfer.dst) + cost.message_latency
+                + cost.message_overhead + transfer.count * chunk / bottleneck)
+        assert took >= idle * (1 - 1e-9)
+
+
+def test_the_file_format_keeps_the_cost_model_and_hosts():
+    topology = pair(ranks=4).with_cost(
+        CostModel(50e-6, 20e-6, 1.2e9, True, 0.9, "measured"), ((0, 1), (2, 3)))
+    again = topology_io.from_dict(topology_io.to_dict(topology))
+    assert again.cost == topology.cost
+    assert again.host_of == (0, 0, 1, 1)
+    assert topology_io.to_dict(pair()).get("cost_model") is None  # none: the plain model
+
+
+@pytest.mark.parametrize("bad, words", [
+    ({"message_overhead_us": -1}, "message_overhead_us"),
+    ({"host_GBps": 0}, "host_GBps"),
+    ({"link_efficiency": 1.5}, "link efficiency"),
+    ({"connection_fifo": "yes"}, "true or false"),
+    ({"speed": 1}, "unknown field"),
+])
+def test_bad_cost_models_are_refused_naming_the_field(bad, words):
+    with pytest.raises(TopologyError, match=words):
+        from_dict(bad, "machine.json")
+
+
+def test_calibration_recovers_a_known_model_from_the_times_it_predicts():
+    topology = topology_io.load("examples/topologies/two-nodes.json")
+    hosts = (tuple(topology.ranks),)
+    truth = CostModel(20e-6, 50e-6, 60e9, True, 0.9)
+    machine = topology.with_cost(truth, hosts)
+    loads = [Workload(w.schedule, w.size_bytes,
+                      simulate(w.schedule, machine, w.size_bytes).time_s)
+             for w in workloads(topology, (MB, 16 * MB))]
+    found = fit(topology, loads, hosts)
+    assert all(abs(p - m) / m < 0.03 for _, _, p, m in found.fit)
+    assert found.cost.link_efficiency == pytest.approx(0.9, rel=0.1)
