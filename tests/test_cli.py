@@ -44,8 +44,9 @@ def test_verify_exits_1_with_the_reason(tmp_path, capsys):
 def test_compare_json_has_the_documented_fields(capsys):
     code, out, _ = run(capsys, "compare", "ring:8", "allgather", "--sizes", "1MB,1GB",
                        "--json")
-    rows = json.loads(out)
-    assert code == 0
+    report = json.loads(out)
+    rows = report["results"]
+    assert code == 0 and report["topology"] == "ring:8" and report["collective"] == "allgather"
     fields = {"strategy", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps", "bound_s",
               "ratio_to_bound"}
     assert all(fields <= set(row) for row in rows)
@@ -57,12 +58,30 @@ def test_compare_json_has_the_documented_fields(capsys):
 def test_compare_all_adds_the_solver_strategies(capsys):
     code, out, _ = run(capsys, "compare", "switch:4", "allgather", "--sizes", "1MB,1GB",
                        "--json")
-    fast = {row["strategy"] for row in json.loads(out)}
+    fast = {row["strategy"] for row in json.loads(out)["results"]}
     code_all, out_all, _ = run(capsys, "compare", "switch:4", "allgather", "--sizes",
                                "1MB,1GB", "--strategies", "all", "--json")
-    every = {row["strategy"] for row in json.loads(out_all)}
+    every = {row["strategy"] for row in json.loads(out_all)["results"]}
     assert code == code_all == 0
     assert "taccl" not in fast and every == fast | {"taccl"}
+
+
+def test_compare_json_lists_refused_strategies_with_the_reason(capsys):
+    """ring:6 has no power-of-two ranks and no node groups: those strategies refuse."""
+    code, out, _ = run(capsys, "compare", "ring:6", "allreduce", "--sizes", "1MB", "--json")
+    report = json.loads(out)
+    refused = {row["strategy"]: row["reason"] for row in report["refused"]}
+    assert code == 0 and "power-of-two number of ranks" in refused["recursive-doubling"]
+    shown = {row["strategy"] for row in report["results"]}
+    assert not shown & set(refused)
+
+
+def test_tables_pick_one_time_unit_instead_of_exponents(capsys):
+    code, out, _ = run(capsys, "compare", "ring:8", "allgather", "--sizes", "1KB,4GB",
+                       "--strategies", "ring,direct")
+    assert code == 0 and "time(ms)" in out and "bound(ms)" in out and "e+0" not in out
+    code, out, _ = run(capsys, "bounds", "ring:8", "allgather", "--sizes", "1KB,8KB")
+    assert code == 0 and "bound(us)" in out and "e-0" not in out
 
 
 def test_bounds_and_topo_show(tmp_path, capsys):

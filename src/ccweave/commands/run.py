@@ -199,6 +199,7 @@ def _print(args, report: dict) -> None:
         return
     cells = []
     skipped: dict[str, str] = {}
+    unit, scale = _output.time_unit(mode["time_us"] * 1e-6 for mode in modes)
     for row in rows:
         line: list[object] = [format_size(row["size_bytes"]), row["count"], row["type"],
                               row["redop"], row["root"]]
@@ -208,14 +209,15 @@ def _print(args, report: dict) -> None:
                 skipped.setdefault(name.replace("_", "-"), mode["skipped"])
                 line += ["n/a"] * 4
             else:
-                line += [mode["time_us"], mode["algbw_GBps"], mode["busbw_GBps"],
+                line += [mode["time_us"] * 1e-6 / scale, mode["algbw_GBps"], mode["busbw_GBps"],
                          "-" if mode["wrong"] is None else mode["wrong"]]
         cells.append(line)
     _output.print_table(
         f"{report['plan'] or 'plan'}: {report['describe']} over {report['backend']}, "
         f"{report['iters']} iters (out-of-place | in-place)",
-        ["size", "count", "type", "redop", "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
-         "#wrong", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"], cells)
+        ["size", "count", "type", "redop", "root", f"time({unit})", "algbw(GB/s)",
+         "busbw(GB/s)", "#wrong", f"time({unit})", "algbw(GB/s)", "busbw(GB/s)", "#wrong"],
+        cells)
     for name, reason in skipped.items():
         if reason != "not requested":
             _output.console.print(f"[dim]{name}: {reason}[/]")
