@@ -531,7 +531,7 @@ def _options(options: dict[str, object]) -> tuple[float, int | None]:
 @register("flow", {Kind.ALLTOALL},
           "time-expanded multi-commodity flow LP (TE-CCL's idea, HiGHS): relays through "
           "ranks, fabric routes pinned; epochs tuned at option size", classic=False,
-          slow=True, sized=True)
+          slow=True, sized=True, auto=True)
 def build_flow(topology: Topology, kind: Kind, *, root: int = 0, chunks: int | None = None,
                **options: object) -> Schedule:
     """Alltoall from the time-expanded flow LP.
