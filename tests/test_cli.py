@@ -76,6 +76,26 @@ def test_compare_json_lists_refused_strategies_with_the_reason(capsys):
     assert not shown & set(refused)
 
 
+def test_synth_auto_and_sized_strategies_write_a_plan_per_size(tmp_path, capsys):
+    from ccweave import plan as plan_io
+
+    path = tmp_path / "auto.json"
+    code, out, _ = run(capsys, "synth", "switch:4", "alltoall", "--strategy", "auto",
+                       "--sizes", "1KB,1GB", "--strategies", "direct,ring", "-o", str(path),
+                       "--json")
+    assert code == 0 and json.loads(out)["plan"] == "auto(switch:4, alltoall)"
+    assert plan_io.load(path).schedule_for(2**30).name.startswith("direct")
+    path = tmp_path / "multipath.json"
+    code, out, _ = run(capsys, "synth", "mist", "sendrecv", "--strategy", "multipath",
+                       "--sizes", "8KB,1GB", "-o", str(path))
+    plan = plan_io.load(path)
+    assert code == 0 and len(plan.entries) == 2 and "schedule tuned" in out
+    assert len(plan.schedule_for(8 * 2**10).metadata["paths"]) == 1
+    code, _, err = run(capsys, "synth", "mist", "allreduce", "--strategies", "ring",
+                       "-o", str(path))
+    assert code == 2 and "--strategy auto" in err
+
+
 def test_tables_pick_one_time_unit_instead_of_exponents(capsys):
     code, out, _ = run(capsys, "compare", "ring:8", "allgather", "--sizes", "1KB,4GB",
                        "--strategies", "ring,direct")

@@ -46,3 +46,13 @@ def test_run_under_mpirun_prints_a_table():
         assert column in out
     assert "4KB" in out and "int64" in out and "sum" in out
     assert "# Wrong elements       : 0 (OK)" in out
+
+
+def test_run_auto_runs_the_fastest_schedule_per_size():
+    """mist: a small allreduce goes direct, a large one through the pipelined hierarchy."""
+    result = ccweave("run", "mist", "allreduce", "--strategy", "auto", "--sizes", "1KB,4MB",
+                     "--iters", "2", "--warmup", "1", "--modes", "out", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["plan"] == "auto(mist, allreduce)" and report["wrong"] == 0
+    assert [row["size_bytes"] for row in report["rows"]] == [1024, 4 * 2**20]

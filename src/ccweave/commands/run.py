@@ -34,7 +34,9 @@ def add_parser(subparsers) -> None:
                         help="allgather, reducescatter, allreduce, alltoall, broadcast, "
                              "reduce, gather, scatter")
     parser.add_argument("--strategy", default="ring",
-                        help=f"one of: {', '.join(strategies())} (default ring)")
+                        help=f"one of: {', '.join(strategies())}, or auto: the fastest "
+                             "simulated per size (default ring); strategies tuned per size "
+                             "are built for each of --sizes")
     parser.add_argument("--chunks", type=int, help="chunks per rank (default: the strategy's)")
     parser.add_argument("--root", type=int, default=0, help="root of rooted collectives")
     parser.add_argument("--option", action="append", metavar="KEY=VALUE",
@@ -117,13 +119,13 @@ def _plan(args) -> Plan:
     if not args.topology or not args.collective:
         raise InputError("give TOPOLOGY and COLLECTIVE (e.g. `ccweave run ring:4 allreduce`), "
                          "or --schedule FILE")
-    from ccweave.compare import build_verified
+    from ccweave.synth.select import strategy_plan
 
     topo = _inputs.topology(args.topology)
-    schedule = build_verified(topo, _inputs.kind(args.collective), args.strategy,
-                              root=args.root, chunks=args.chunks,
-                              **_inputs.strategy_options(args.option))
-    return Plan.single(schedule)
+    return strategy_plan(topo, _inputs.kind(args.collective), args.strategy,
+                         _inputs.sizes(args.sizes), root=args.root, chunks=args.chunks,
+                         progress=None if args.json else _output.progress_printer(),
+                         **_inputs.strategy_options(args.option))
 
 
 def _worker_argv(args, path: str, report: str) -> list[str]:
