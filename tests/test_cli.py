@@ -96,6 +96,21 @@ def test_synth_auto_and_sized_strategies_write_a_plan_per_size(tmp_path, capsys)
     assert code == 2 and "--strategy auto" in err
 
 
+def test_p2p_writes_a_plan_per_size_and_plots_each_path_set(tmp_path, capsys):
+    """8 KB goes over the direct link alone, 1 GB striped: the plan keeps both."""
+    from ccweave import plan as plan_io
+    from ccweave.commands.p2p import path_sets
+
+    path, png = tmp_path / "p2p.json", tmp_path / "p2p.png"
+    code, _, _ = run(capsys, "p2p", "mist", "0", "1", "--sizes", "8KB,1GB", "-o", str(path),
+                     "--plot", str(png))
+    plan = plan_io.load(path)
+    assert code == 0 and png.stat().st_size > 10_000
+    assert [len(e.schedule.metadata["paths"]) for e in plan.entries] == [1, 2]
+    assert plan.collective.kind.value == "sendrecv"
+    assert path_sets(("relay", "direct")) == [("direct",), ("direct", "relay")]
+
+
 def test_tables_pick_one_time_unit_instead_of_exponents(capsys):
     code, out, _ = run(capsys, "compare", "ring:8", "allgather", "--sizes", "1KB,4GB",
                        "--strategies", "ring,direct")
