@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ccweave.collectives import Kind
-from ccweave.compare import build_verified, compare
+from ccweave.compare import Comparison, build_verified, compare
 from ccweave.errors import InputError
 from ccweave.plan import Plan
 from ccweave.synth.registry import get_strategy, strategies_for
@@ -52,10 +52,15 @@ def best_plan(topology: Topology, kind: Kind | str, sizes: Sequence[int] = DEFAU
     kind = Kind.parse(kind)
     sizes = sorted(set(sizes))
     names = list(strategies) if strategies else auto_strategies(kind)
-    result = compare(topology, kind, sizes, names, root=root, chunks=chunks,
-                     progress=progress)
+    return winners_plan(compare(topology, kind, sizes, names, root=root, chunks=chunks,
+                                progress=progress))
+
+
+def winners_plan(result: Comparison) -> Plan:
+    """The plan of a comparison's fastest schedule at each of its sizes."""
+    sizes = sorted({row.size_bytes for row in result.results})
     winners = {size: result.schedule(result.best(size)) for size in sizes}
-    return Plan.from_sizes(winners, name=f"auto({topology.name}, {kind.value})")
+    return Plan.from_sizes(winners, name=f"auto({result.topology}, {result.kind.value})")
 
 
 def strategy_plan(topology: Topology, kind: Kind | str, strategy: str,
