@@ -6,7 +6,8 @@
    random heterogeneous topologies. Target: flow <= 1.10 at 1 GB everywhere.
 2. ``auto`` against every single strategy it tries, 1 KB to 1 GB (doubling), simulated:
    at each size, auto's time over each strategy's own time there (each sized strategy
-   tuned at that size). Target: never above 1.
+   tuned at that size). Target: never above 1. Beside it, the best single strategy for
+   all sizes and its worst slowdown against auto (what the per-size plan buys).
 
 Every schedule is verified before it is timed; each row prints the load average and the
 peak RSS so far (2-core machine shared with others: the seconds are indicative).
@@ -123,13 +124,19 @@ def auto_rows() -> list[dict[str, object]]:
             plan = winners_plan(result)  # what best_plan returns, from the same comparison
             seconds = time.perf_counter() - start
             worst, worst_at = 0.0, None
+            single: dict[str, float] = {}  # each strategy's worst time over auto's
             for size in DEFAULT_SIZES:
                 chosen = plan.schedule_for(size)
                 verify(chosen, topology)
                 mine = simulate(chosen, topology, size).time_s
                 for row in result.results:
-                    if row.size_bytes == size and mine / row.time_s > worst:
+                    if row.size_bytes != size:
+                        continue
+                    if mine / row.time_s > worst:
                         worst, worst_at = mine / row.time_s, (row.strategy, size)
+                    single[row.strategy] = max(single.get(row.strategy, 0.0),
+                                               row.time_s / mine)
+            best_single = min(single, key=single.get)
             used = sorted({e.schedule.name.split("(")[0] for e in plan.entries})
             rows.append({"machine": machine, "collective": kind,
                          "strategies": sorted({r.strategy for r in result.results}),
@@ -137,6 +144,8 @@ def auto_rows() -> list[dict[str, object]]:
                          "worst_ratio": worst,
                          "worst_vs": None if worst_at is None else worst_at[0],
                          "worst_at": None if worst_at is None else worst_at[1],
+                         "best_single": best_single,
+                         "best_single_slowdown": single[best_single],
                          "entries": len(plan.entries), "used": used, "seconds": seconds,
                          **_stamp()})
             _print_auto(rows[-1])
@@ -147,8 +156,9 @@ def _print_auto(row: dict[str, object]) -> None:
     mark = "ok" if row["worst_ratio"] <= 1 + 1e-9 else "SLOWER"
     versus = f"{row['worst_vs']} at {format_size(row['worst_at'])}" if row["worst_vs"] \
         else "-"
+    single = f"{row['best_single']} {row['best_single_slowdown']:.2f}x"
     print(f"{row['machine']:<10}{row['collective']:<14}{len(row['strategies']):>4}"
-          f"{row['worst_ratio']:>9.4f} {mark:<7}{versus:<34}{row['entries']:>4}  "
+          f"{row['worst_ratio']:>9.4f} {mark:<7}{versus:<34}{single:<30}{row['entries']:>4}  "
           f"{'+'.join(row['used']):<58}{row['seconds']:>7.1f} s  load {row['load1']:.2f}  "
           f"rss {row['peak_rss_mib']:.0f} MiB", flush=True)
 
@@ -178,7 +188,8 @@ def main() -> int:
               f"{format_size(DEFAULT_SIZES[-1])} doubling ({len(DEFAULT_SIZES)} sizes), "
               "simulated: worst auto time / strategy time (target <= 1)")
         print(f"{'machine':<10}{'collective':<14}{'#':>4}{'worst':>9} {'':<7}"
-              f"{'against':<34}{'rng':>4}  {'strategies auto uses':<58}")
+              f"{'against':<34}{'best single (its worst)':<30}{'rng':>4}  "
+              f"{'strategies auto uses':<58}")
         report["auto"] = auto_rows()
         worst = max(r["worst_ratio"] for r in report["auto"])
         print(f"auto: worst ratio {worst:.4f} over {len(report['auto'])} (machine, "

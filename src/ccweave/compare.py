@@ -70,8 +70,9 @@ class Comparison:
 
 
 def default_strategies(kind: Kind) -> list[str]:
-    """Every registered strategy for ``kind`` except slow (solver) ones."""
-    return [name for name in strategies_for(kind) if not get_strategy(name).slow]
+    """Every registered strategy for ``kind`` that ``auto`` tries: all but the slow
+    solvers that do not ask to be (taccl), so the best marked per size is auto's pick."""
+    return [name for name in strategies_for(kind) if get_strategy(name).auto]
 
 
 def build_verified(topology: Topology, kind: Kind, strategy: str, root: int = 0,
@@ -86,7 +87,8 @@ def compare(topology: Topology, kind: Kind | str, sizes: Sequence[int],
             strategies: Sequence[str] | None = None, root: int = 0,
             chunks: int | None = None,
             progress: Callable[[str], None] | None = None) -> Comparison:
-    """Simulate every strategy in ``strategies`` (default: all fast ones) at every size.
+    """Simulate every strategy in ``strategies`` (default: :func:`default_strategies`) at
+    every size.
 
     Strategies that do not apply to this topology are listed in ``skipped`` with the reason.
     """

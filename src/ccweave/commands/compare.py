@@ -16,8 +16,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("collective")
     parser.add_argument("--sizes", default="1KB:1GB:32", help="e.g. 1KB:1GB or 1MB,1GB")
     parser.add_argument("--strategies",
-                        help="comma-separated, or 'all' to add the slow (solver) ones "
-                             "(default: every fast one)")
+                        help="comma-separated, or 'all' to add taccl (default: every "
+                             "strategy auto tries: all but taccl)")
     parser.add_argument("--root", type=int, default=0)
     parser.add_argument("--chunks", type=int)
     _output.add_json_flag(parser)

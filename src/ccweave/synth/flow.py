@@ -61,8 +61,9 @@ MIN_CHUNK_BYTES = 2**10
 at the size tuned for..."""
 
 MAX_CHUNKS = 64
-"""...and a pair's block is cut into at most this many (fewer transfers don't follow:
-a path moves its chunks in one transfer per hop)."""
+"""...and a pair's block is cut into at most this many. More chunks cost no transfers (a
+path moves its run of chunks in one transfer per hop), but each must hold an element
+when the schedule runs."""
 
 RELAY_COST = 1.0
 """Secondary LP cost per unit of flow entering a rank (a relay, or the final delivery)..."""

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ccweave.collectives import Kind
-from ccweave.compare import Comparison, build_verified, compare
+from ccweave.compare import Comparison, build_verified, compare, default_strategies
 from ccweave.errors import InputError
 from ccweave.plan import Plan
-from ccweave.synth.registry import get_strategy, strategies_for
+from ccweave.synth.registry import get_strategy
 from ccweave.topology.model import Topology
 from ccweave.units import format_size
 
@@ -28,8 +28,8 @@ DEFAULT_SIZES = tuple(2**k for k in range(10, 31))
 def auto_strategies(kind: Kind | str) -> list[str]:
     """The strategies ``auto`` tries for ``kind``: every one but the slow solvers that
     do not ask to be tried (TACCL's MILPs take minutes per size; name ``taccl`` in
-    ``strategies`` to include it)."""
-    return [name for name in strategies_for(kind) if get_strategy(name).auto]
+    ``strategies`` to include it). ``compare`` shows the same by default."""
+    return default_strategies(Kind.parse(kind))
 
 
 def best_plan(topology: Topology, kind: Kind | str, sizes: Sequence[int] = DEFAULT_SIZES,
