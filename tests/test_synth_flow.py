@@ -117,3 +117,18 @@ def test_one_way_links_that_strand_a_rank_are_refused():
     topo = Topology("oneway", 3, (Link(0, 1, 1e9), Link(1, 2, 1e9), Link(2, 1, 1e9)))
     with pytest.raises(NotApplicableError, match="cannot reach"):
         synthesize(topo, "alltoall", "flow")
+
+
+def test_compare_lists_a_failed_solve_as_refused_and_shows_the_rest(monkeypatch):
+    from ccweave import compare as compare_module
+    from ccweave.errors import SolverError
+    from ccweave.synth import flow
+
+    def no_optimum(topology, epochs):
+        raise SolverError("HiGHS found no optimum of a 10 x 10 LP: Time limit reached")
+
+    monkeypatch.setattr(flow, "solve_flow", no_optimum)
+    result = compare_module.compare(zoo.get("dgx1"), "alltoall", [GB], ["direct", "flow"])
+    assert [s.strategy for s in result.skipped] == ["flow"]
+    assert "Time limit reached" in result.skipped[0].reason
+    assert {r.strategy for r in result.results} == {"direct"}

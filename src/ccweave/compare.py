@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from ccweave.bounds import Bound, lower_bound
 from ccweave.collectives import Kind
-from ccweave.errors import CCWeaveError, NotApplicableError
+from ccweave.errors import CCWeaveError, NotApplicableError, SolverError
 from ccweave.schedule import Schedule
 from ccweave.simulate import simulate
 from ccweave.synth.registry import get_strategy, strategies_for, synthesize
@@ -90,7 +90,8 @@ def compare(topology: Topology, kind: Kind | str, sizes: Sequence[int],
     """Simulate every strategy in ``strategies`` (default: :func:`default_strategies`) at
     every size.
 
-    Strategies that do not apply to this topology are listed in ``skipped`` with the reason.
+    Strategies that do not apply to this topology, or whose solver found nothing, are
+    listed in ``skipped`` with the reason.
     """
     kind = Kind.parse(kind)
     names = list(strategies) if strategies else default_strategies(kind)
@@ -103,7 +104,7 @@ def compare(topology: Topology, kind: Kind | str, sizes: Sequence[int],
     for name in names:
         try:
             schedules = _schedules(topology, kind, name, sizes, root, chunks, progress)
-        except NotApplicableError as error:
+        except (NotApplicableError, SolverError) as error:  # the others still compare
             skipped.append(Skipped(name, str(error)))
             continue
         for size, bound in zip(sizes, bounds, strict=True):
