@@ -73,14 +73,15 @@ def allreduce_rows() -> list[dict[str, object]]:
             built = [(name, synthesize(topology, Kind.ALLREDUCE, name)) for name in CLASSIC]
             for name in NEW:
                 try:  # tuned without multipath, then striped: what the strategy does itself
+                    # (fallback=False: the pipeline itself, not the ring it falls back to)
                     alone = synthesize(topology, Kind.ALLREDUCE, name, size=size,
-                                       multipath="off")
+                                       multipath="off", fallback=False)
                 except NotApplicableError:
                     continue
                 shape = {k: alone.metadata[k] for k in ("depth", "level", "intra")
                          if k in alone.metadata}
                 built.append((name, synthesize(topology, Kind.ALLREDUCE, name, size=size,
-                                               **shape)))
+                                               fallback=False, **shape)))
                 built.append((f"{name} (no multipath)", alone))
             for label, schedule in built:
                 proven(schedule, topology)

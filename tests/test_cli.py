@@ -44,8 +44,9 @@ def test_verify_exits_1_with_the_reason(tmp_path, capsys):
 def test_compare_json_has_the_documented_fields(capsys):
     code, out, _ = run(capsys, "compare", "ring:8", "allgather", "--sizes", "1MB,1GB",
                        "--json")
-    rows = json.loads(out)
-    assert code == 0
+    report = json.loads(out)
+    rows = report["results"]
+    assert code == 0 and report["topology"] == "ring:8" and report["collective"] == "allgather"
     fields = {"strategy", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps", "bound_s",
               "ratio_to_bound"}
     assert all(fields <= set(row) for row in rows)
@@ -57,12 +58,65 @@ def test_compare_json_has_the_documented_fields(capsys):
 def test_compare_all_adds_the_solver_strategies(capsys):
     code, out, _ = run(capsys, "compare", "switch:4", "allgather", "--sizes", "1MB,1GB",
                        "--json")
-    fast = {row["strategy"] for row in json.loads(out)}
+    fast = {row["strategy"] for row in json.loads(out)["results"]}
     code_all, out_all, _ = run(capsys, "compare", "switch:4", "allgather", "--sizes",
                                "1MB,1GB", "--strategies", "all", "--json")
-    every = {row["strategy"] for row in json.loads(out_all)}
+    every = {row["strategy"] for row in json.loads(out_all)["results"]}
     assert code == code_all == 0
     assert "taccl" not in fast and every == fast | {"taccl"}
+
+
+def test_compare_json_lists_refused_strategies_with_the_reason(capsys):
+    """ring:6 has no power-of-two ranks and no node groups: those strategies refuse."""
+    code, out, _ = run(capsys, "compare", "ring:6", "allreduce", "--sizes", "1MB", "--json")
+    report = json.loads(out)
+    refused = {row["strategy"]: row["reason"] for row in report["refused"]}
+    assert code == 0 and "power-of-two number of ranks" in refused["recursive-doubling"]
+    shown = {row["strategy"] for row in report["results"]}
+    assert not shown & set(refused)
+
+
+def test_synth_auto_and_sized_strategies_write_a_plan_per_size(tmp_path, capsys):
+    from ccweave import plan as plan_io
+
+    path = tmp_path / "auto.json"
+    code, out, _ = run(capsys, "synth", "switch:4", "alltoall", "--strategy", "auto",
+                       "--sizes", "1KB,1GB", "--strategies", "direct,ring", "-o", str(path),
+                       "--json")
+    assert code == 0 and json.loads(out)["plan"] == "auto(switch:4, alltoall)"
+    assert plan_io.load(path).schedule_for(2**30).name.startswith("direct")
+    path = tmp_path / "multipath.json"
+    code, out, _ = run(capsys, "synth", "mist", "sendrecv", "--strategy", "multipath",
+                       "--sizes", "8KB,1GB", "-o", str(path))
+    plan = plan_io.load(path)
+    assert code == 0 and len(plan.entries) == 2 and "schedule tuned" in out
+    assert len(plan.schedule_for(8 * 2**10).metadata["paths"]) == 1
+    code, _, err = run(capsys, "synth", "mist", "allreduce", "--strategies", "ring",
+                       "-o", str(path))
+    assert code == 2 and "--strategy auto" in err
+
+
+def test_p2p_writes_a_plan_per_size_and_plots_each_path_set(tmp_path, capsys):
+    """8 KB goes over the direct link alone, 1 GB striped: the plan keeps both."""
+    from ccweave import plan as plan_io
+    from ccweave.commands.p2p import path_sets
+
+    path, png = tmp_path / "p2p.json", tmp_path / "p2p.png"
+    code, _, _ = run(capsys, "p2p", "mist", "0", "1", "--sizes", "8KB,1GB", "-o", str(path),
+                     "--plot", str(png))
+    plan = plan_io.load(path)
+    assert code == 0 and png.stat().st_size > 10_000
+    assert [len(e.schedule.metadata["paths"]) for e in plan.entries] == [1, 2]
+    assert plan.collective.kind.value == "sendrecv"
+    assert path_sets(("relay", "direct")) == [("direct",), ("direct", "relay")]
+
+
+def test_tables_pick_one_time_unit_instead_of_exponents(capsys):
+    code, out, _ = run(capsys, "compare", "ring:8", "allgather", "--sizes", "1KB,4GB",
+                       "--strategies", "ring,direct")
+    assert code == 0 and "time(ms)" in out and "bound(ms)" in out and "e+0" not in out
+    code, out, _ = run(capsys, "bounds", "ring:8", "allgather", "--sizes", "1KB,8KB")
+    assert code == 0 and "bound(us)" in out and "e-0" not in out
 
 
 def test_bounds_and_topo_show(tmp_path, capsys):

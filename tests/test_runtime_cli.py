@@ -41,8 +41,19 @@ def test_run_under_mpirun_prints_a_table():
                      "mpi", "--sizes", "4KB", "--iters", "2", "--dtype", "int64")
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    for column in ("size", "count", "type", "redop", "root", "time(us)", "algbw(GB/s)",
-                   "busbw(GB/s)", "#wrong"):
+    for column in ("size", "count", "type", "redop", "root", "algbw(GB/s)", "busbw(GB/s)",
+                   "#wrong"):
         assert column in out
+    assert any(f"time({unit})" in out for unit in ("us", "ms", "s"))  # one unit per table
     assert "4KB" in out and "int64" in out and "sum" in out
     assert "# Wrong elements       : 0 (OK)" in out
+
+
+def test_run_auto_runs_the_fastest_schedule_per_size():
+    """mist: a small allreduce goes direct, a large one through the pipelined hierarchy."""
+    result = ccweave("run", "mist", "allreduce", "--strategy", "auto", "--sizes", "1KB,4MB",
+                     "--iters", "2", "--warmup", "1", "--modes", "out", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["plan"] == "auto(mist, allreduce)" and report["wrong"] == 0
+    assert [row["size_bytes"] for row in report["rows"]] == [1024, 4 * 2**20]

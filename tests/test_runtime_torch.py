@@ -98,6 +98,13 @@ def _drop_in(rank: int, world: int, port: int) -> None:
     mine = x.clone()
     cw.all_reduce(mine)
     _same(mine, theirs, "registered plan")
+    (plan,) = cw.use_auto(f"switch:{world}", "alltoall", sizes=[2**6, 2**20])
+    assert plan.name == f"auto(switch:{world}, alltoall)"
+    a2a = torch.arange(world * 16, dtype=torch.float32) + 100 * rank
+    mine, theirs = torch.empty_like(a2a), torch.empty_like(a2a)
+    cw.all_to_all_single(mine, a2a)
+    dist.all_to_all_single(theirs, a2a)
+    _same(mine, theirs, "auto plan")
     cw.reset()
     pair = dist.new_group([1, 3])
     if rank in (1, 3):

@@ -52,7 +52,7 @@ def test_hierarchical_verifies_at_a_fixed_shape(machine, intra):
     for level in ("socket", "node"):
         try:
             _, schedule = built(machine, "hierarchical-pipelined", level=level, intra=intra,
-                                depth=4, multipath="socket")
+                                depth=4, multipath="socket", fallback=False)
         except NotApplicableError:
             assert level == "node" and machine != "ndv2:2"
             continue
@@ -61,7 +61,7 @@ def test_hierarchical_verifies_at_a_fixed_shape(machine, intra):
 
 @pytest.mark.parametrize("machine", ["dgx1", "switch:4", "fully-connected:3"])
 def test_flat_verifies_at_a_fixed_depth(machine):
-    _, schedule = built(machine, "flat-pipelined", depth=3, multipath="all")
+    _, schedule = built(machine, "flat-pipelined", depth=3, multipath="all", fallback=False)
     assert "depth=3" in schedule.name
 
 
@@ -107,6 +107,34 @@ def test_not_applicable_and_bad_options():
         synthesize(zoo.get("mist"), Kind.ALLREDUCE, "flat-pipelined", multipath="maybe")
     with pytest.raises(InputError, match="option"):
         synthesize(zoo.get("mist"), Kind.ALLREDUCE, "flat-pipelined", colour="red")
+    with pytest.raises(InputError, match="fallback"):
+        synthesize(zoo.get("mist"), Kind.ALLREDUCE, "flat-pipelined", fallback="maybe")
+
+
+@pytest.mark.parametrize("machine", ["mist", "cedar", "dgx1"])
+def test_tuned_at_each_size_never_slower_than_ring(machine):
+    """Both are sized strategies: built for a size, they are the faster of their tuned
+    pipeline and the ring there (the ring wins on dgx1, whose sockets have no switch)."""
+    topology = zoo.get(machine)
+    ring = synthesize(topology, Kind.ALLREDUCE, "ring")
+    for strategy in NAMES:
+        assert strategies()[strategy].sized
+        for size in (2**10, MB, 2**30):
+            try:
+                schedule = synthesize(topology, Kind.ALLREDUCE, strategy, size=size)
+            except NotApplicableError:
+                break
+            verify(schedule, topology)
+            assert simulate(schedule, topology, size).time_s <= \
+                simulate(ring, topology, size).time_s
+            if schedule.name.startswith(f"{strategy}->ring"):
+                assert "ring simulates faster" in schedule.metadata["fallback"]
+
+
+def test_the_pipeline_is_kept_where_it_wins():
+    schedule = synthesize(zoo.get("mist"), Kind.ALLREDUCE, "hierarchical-pipelined",
+                          size=64 * MB)
+    assert schedule.name.startswith("hierarchical-pipelined(")
 
 
 @st.composite
@@ -128,7 +156,7 @@ def grouped(draw):
 def test_random_machines(topology, strategy, depth, multipath):
     try:
         schedule = synthesize(topology, Kind.ALLREDUCE, strategy, depth=depth,
-                              multipath=multipath, size=MB)
+                              multipath=multipath, size=MB, fallback=False)
     except NotApplicableError:
         return
     verify(schedule, topology)

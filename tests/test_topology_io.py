@@ -69,3 +69,28 @@ def test_disconnected_file_is_refused(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(TopologyError, match="disconnected"):
         io.load(path)
+
+
+@pytest.mark.parametrize("name", ["dgx1", "ndv2:2", "mist", "torus:3x3"])
+def test_topo_show_json_loads_back(tmp_path, capsys, name):
+    """What ``ccweave topo show --json`` prints is a topology file: saved, it loads as the
+    same machine and shows the same again."""
+    from ccweave.cli import main
+
+    assert main(["topo", "show", name, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    path = tmp_path / "shown.json"
+    path.write_text(json.dumps(shown))
+    back, topo = io.load(path), zoo.get(name)
+    assert back.links == topo.links and back.fabric == topo.fabric
+    assert back.groups == topo.groups and back.name == topo.name
+    assert shown["summary"]["links"] == len(topo.links)
+    assert main(["topo", "show", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == shown
+
+
+def test_a_file_of_another_format_is_named(tmp_path):
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({**EXAMPLE, "format": "ccweave-profile/1"}))
+    with pytest.raises(TopologyError, match="is not a topology"):
+        io.load(path)

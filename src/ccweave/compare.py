@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from ccweave.bounds import Bound, lower_bound
 from ccweave.collectives import Kind
-from ccweave.errors import CCWeaveError, NotApplicableError
+from ccweave.errors import CCWeaveError, NotApplicableError, SolverError
 from ccweave.schedule import Schedule
 from ccweave.simulate import simulate
 from ccweave.synth.registry import get_strategy, strategies_for, synthesize
@@ -70,8 +70,9 @@ class Comparison:
 
 
 def default_strategies(kind: Kind) -> list[str]:
-    """Every registered strategy for ``kind`` except slow (solver) ones."""
-    return [name for name in strategies_for(kind) if not get_strategy(name).slow]
+    """Every registered strategy for ``kind`` that ``auto`` tries: all but the slow
+    solvers that do not ask to be (taccl), so the best marked per size is auto's pick."""
+    return [name for name in strategies_for(kind) if get_strategy(name).auto]
 
 
 def build_verified(topology: Topology, kind: Kind, strategy: str, root: int = 0,
@@ -86,9 +87,11 @@ def compare(topology: Topology, kind: Kind | str, sizes: Sequence[int],
             strategies: Sequence[str] | None = None, root: int = 0,
             chunks: int | None = None,
             progress: Callable[[str], None] | None = None) -> Comparison:
-    """Simulate every strategy in ``strategies`` (default: all fast ones) at every size.
+    """Simulate every strategy in ``strategies`` (default: :func:`default_strategies`) at
+    every size.
 
-    Strategies that do not apply to this topology are listed in ``skipped`` with the reason.
+    Strategies that do not apply to this topology, or whose solver found nothing, are
+    listed in ``skipped`` with the reason.
     """
     kind = Kind.parse(kind)
     names = list(strategies) if strategies else default_strategies(kind)
@@ -101,7 +104,7 @@ def compare(topology: Topology, kind: Kind | str, sizes: Sequence[int],
     for name in names:
         try:
             schedules = _schedules(topology, kind, name, sizes, root, chunks, progress)
-        except NotApplicableError as error:
+        except (NotApplicableError, SolverError) as error:  # the others still compare
             skipped.append(Skipped(name, str(error)))
             continue
         for size, bound in zip(sizes, bounds, strict=True):

@@ -8,6 +8,8 @@ Entries cover ``[min_bytes, max_bytes)`` ranges without gaps from 0 to infinity
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +74,35 @@ class Plan:
     def single(cls, schedule: Schedule) -> Plan:
         """A plan that uses one schedule for every size."""
         return cls((PlanEntry(0, None, schedule),), schedule.name)
+
+    @classmethod
+    def from_sizes(cls, schedules: Mapping[int, Schedule], name: str = "") -> Plan:
+        """The plan that uses ``schedules[s]`` at each size ``s``: ranges change at the
+        geometric midpoint between neighbouring sizes whose schedules differ (the same
+        transfers under two names count as the same), the first starts at 0 and the last
+        is open-ended."""
+        if not schedules:
+            raise InputError("a plan needs at least one size")
+        sizes = sorted(schedules)
+        starts: list[tuple[int, Schedule]] = []
+        for number, size in enumerate(sizes):
+            schedule = schedules[size]
+            if starts and _same(starts[-1][1], schedule):
+                continue
+            start = 0 if number == 0 else math.isqrt(sizes[number - 1] * size)
+            starts.append((start, schedule))
+        ends = [start for start, _ in starts[1:]] + [None]
+        return cls(tuple(PlanEntry(start, end, schedule)
+                         for (start, schedule), end in zip(starts, ends)), name)
+
+    def sizes(self) -> list[tuple[int, int | None, str]]:
+        """``(min_bytes, max_bytes, schedule name)`` per entry, for reports."""
+        return [(e.min_bytes, e.max_bytes, e.schedule.name) for e in self.entries]
+
+
+def _same(a: Schedule, b: Schedule) -> bool:
+    return a is b or (a.collective == b.collective and a.scratch_chunks == b.scratch_chunks
+                      and a.in_place == b.in_place and a.transfers == b.transfers)
 
 
 def to_dict(plan: Plan) -> dict[str, object]:

@@ -2,8 +2,9 @@
 
 ``ccweave.torch.all_reduce(tensor)`` behaves like ``torch.distributed.all_reduce(tensor)``
 on an initialised process group (gloo or NCCL), but moves the data with a ccweave
-schedule: the plan given with ``plan=`` or registered with :func:`use`, else the ring on
-a switch of the group's size. :func:`allreduce_hook` is a DDP communication hook.
+schedule: the plan given with ``plan=`` or registered with :func:`use` (an ``auto`` plan
+file, or :func:`use_auto` to build one), else the ring on a switch of the group's size.
+:func:`allreduce_hook` is a DDP communication hook.
 
 Calls run to completion before they return (``async_op=True`` returns a finished work);
 every rank of the group must call the same collective, like ``torch.distributed``. Sizes
@@ -63,6 +64,22 @@ def use(plan: PlanLike) -> Plan:
     coll = plan.collective
     _plans[(coll.kind, coll.num_ranks, coll.root)] = plan
     return plan
+
+
+def use_auto(topology: str | Path, *kinds: str, sizes: Sequence[int] | None = None,
+             strategies: Sequence[str] | None = None) -> list[Plan]:
+    """Register ``auto`` plans for ``topology`` (a zoo name or a file): for each of
+    ``kinds`` (default allreduce) the fastest simulated schedule per size
+    (:func:`ccweave.synth.select.best_plan`). Every rank computes the same plans (the
+    simulator is deterministic); on a big machine that takes a while, so ``ccweave synth
+    TOPO KIND --strategy auto -o plan.json`` once and :func:`use` of the file is the
+    cheaper habit. Returns the plans."""
+    from ccweave.synth.select import DEFAULT_SIZES, best_plan
+    from ccweave.topology.io import load
+
+    machine = load(topology)
+    return [use(best_plan(machine, Kind.parse(kind), sizes or DEFAULT_SIZES, strategies))
+            for kind in kinds or ("allreduce",)]
 
 
 def reset() -> None:

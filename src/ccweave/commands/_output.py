@@ -47,13 +47,30 @@ def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[obje
 
 
 def fmt(value: object) -> str:
+    """Floats in fixed point: two decimals, or three significant digits below 1."""
     if isinstance(value, float):
         if math.isinf(value) or math.isnan(value):
             return str(value)
-        if value == 0 or 0.01 <= abs(value) < 1e6:
+        if value == 0 or abs(value) >= 1:
             return f"{value:.2f}"
-        return f"{value:.3g}"
+        if abs(value) < 1e-9:
+            return f"{value:.3g}"
+        return f"{value:.{2 - math.floor(math.log10(abs(value)))}f}"
     return str(value)
+
+
+TIME_UNITS = (("us", 1e-6), ("ms", 1e-3), ("s", 1.0))
+
+
+def time_unit(seconds: Iterable[float]) -> tuple[str, float]:
+    """One unit for a table's times, from its longest (``us`` below 10 ms, ``ms`` below
+    10 s, else ``s``), so a column reads ``1370.25 ms``, not ``1.37e+06 us``: returns the
+    label and the seconds per unit."""
+    longest = max((abs(t) for t in seconds if math.isfinite(t)), default=0.0)
+    for label, scale in TIME_UNITS[:-1]:
+        if longest < 1e4 * scale:
+            return label, scale
+    return TIME_UNITS[-1]
 
 
 def add_json_flag(parser) -> None:

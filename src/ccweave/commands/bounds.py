@@ -30,11 +30,13 @@ def run(args) -> int:
                              "algbw_GBps": b.algbw / GB_PER_S, "busbw_GBps": b.busbw / GB_PER_S}
                             for b in bounds])
         return 0
-    rows = [(format_size(b.size_bytes), b.time_s * 1e6, b.bandwidth_s * 1e6, b.latency_s * 1e6,
-             b.algbw / GB_PER_S, b.busbw / GB_PER_S, b.method) for b in bounds]
+    unit, scale = _output.time_unit(b.time_s for b in bounds)
+    rows = [(format_size(b.size_bytes), b.time_s / scale, b.bandwidth_s / scale,
+             b.latency_s / scale, b.algbw / GB_PER_S, b.busbw / GB_PER_S, b.method)
+            for b in bounds]
     _output.print_table(f"{kind.value} lower bounds on {topo.name}",
-                        ["size", "bound(us)", "bandwidth(us)", "latency(us)", "algbw(GB/s)",
-                         "busbw(GB/s)", "binding bound"], rows)
+                        ["size", f"bound({unit})", f"bandwidth({unit})", f"latency({unit})",
+                         "algbw(GB/s)", "busbw(GB/s)", "binding bound"], rows)
     if kind.value == "allreduce":
         _output.console.print("allreduce: bound = RS + AG bound (what RS-then-AG can reach); "
                               "the weaker true bound max(RS, AG) is in --json as weaker_s")

@@ -16,8 +16,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("collective")
     parser.add_argument("--sizes", default="1KB:1GB:32", help="e.g. 1KB:1GB or 1MB,1GB")
     parser.add_argument("--strategies",
-                        help="comma-separated, or 'all' to add the slow (solver) ones "
-                             "(default: every fast one)")
+                        help="comma-separated, or 'all' to add taccl (default: every "
+                             "strategy auto tries: all but taccl)")
     parser.add_argument("--root", type=int, default=0)
     parser.add_argument("--chunks", type=int)
     _output.add_json_flag(parser)
@@ -34,16 +34,20 @@ def run(args) -> int:
     result = compare(topo, kind, _inputs.sizes(args.sizes), names, root=args.root,
                      chunks=args.chunks, progress=progress)
     if args.json:
-        _output.print_json([row.to_dict() for row in result.results])
+        _output.print_json({"topology": result.topology, "collective": kind.value,
+                            "results": [row.to_dict() for row in result.results],
+                            "refused": [{"strategy": s.strategy, "reason": s.reason}
+                                        for s in result.skipped]})
         return 0
     rows = sorted(result.results, key=lambda r: (r.size_bytes, r.time_s))
+    unit, scale = _output.time_unit([r.time_s for r in rows] + [r.bound_s for r in rows])
     _output.print_table(
         f"{kind.value} on {topo.name} (simulated; best per size in bold; bound: "
         f"{result.bounds[-1].method} at {format_size(result.bounds[-1].size_bytes)})",
-        ["strategy", "size", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "bound(us)",
+        ["strategy", "size", f"time({unit})", "algbw(GB/s)", "busbw(GB/s)", f"bound({unit})",
          "time/bound"],
-        [(r.schedule, format_size(r.size_bytes), r.time_s * 1e6, r.algbw_GBps, r.busbw_GBps,
-          r.bound_s * 1e6, r.ratio_to_bound) for r in rows],
+        [(r.schedule, format_size(r.size_bytes), r.time_s / scale, r.algbw_GBps, r.busbw_GBps,
+          r.bound_s / scale, r.ratio_to_bound) for r in rows],
         highlight=[r.best for r in rows])
     for skipped in result.skipped:
         _output.console.print(f"[dim]{skipped.strategy}: not applicable: {skipped.reason}[/]")

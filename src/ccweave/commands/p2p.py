@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import math
 
-from ccweave import schedule as schedule_io
+from ccweave import plan as plan_io
 from ccweave.commands import _inputs, _output
-from ccweave.errors import InputError
+from ccweave.errors import InputError, NotApplicableError
 from ccweave.multipath import plan_p2p
 from ccweave.multipath.p2p import PATH_KINDS, P2PPlan
+from ccweave.multipath.plot import plot_bandwidth
+from ccweave.plan import Plan
 from ccweave.units import GB_PER_S, format_size
 
 ORDER = 45
@@ -27,8 +29,12 @@ def add_parser(subparsers) -> None:
                              "switches), relay (peer ranks); default all")
     parser.add_argument("--max-relays", type=int, default=1,
                         help="relay ranks one path may cross (default 1)")
-    parser.add_argument("-o", "--output", metavar="SCHED.json",
-                        help="write the largest size's schedule (sendrecv) here")
+    parser.add_argument("-o", "--output", metavar="PLAN.json",
+                        help="write the plan (sendrecv): each size's schedule for its range "
+                             "of sizes")
+    parser.add_argument("--plot", metavar="PNG",
+                        help="draw bandwidth vs size for each path set (direct, then each "
+                             "further kind of --paths added), osu_bw style")
     _output.add_json_flag(parser)
     parser.set_defaults(run=run)
 
@@ -38,10 +44,18 @@ def run(args) -> int:
     kinds = tuple(k.strip() for k in args.paths.split(",") if k.strip())
     if args.max_relays < 0:
         raise InputError(f"--max-relays {args.max_relays}: give 0 or more")
+    sizes = _inputs.sizes(args.sizes)
     plans = [plan_p2p(topo, args.src, args.dst, size, kinds=kinds,
-                      max_relays=args.max_relays) for size in _inputs.sizes(args.sizes)]
+                      max_relays=args.max_relays) for size in sizes]
     if args.output:
-        schedule_io.save(plans[-1].to_schedule(), args.output)
+        plan_io.save(Plan.from_sizes({p.size_bytes: p.to_schedule() for p in plans},
+                                     name=f"multipath({args.src}->{args.dst}, {topo.name})"),
+                     args.output)
+    if args.plot:
+        written = plot_bandwidth(_curves(topo, args, kinds, sizes, plans),
+                                 f"p2p {args.src} -> {args.dst} on {topo.name} (simulated)",
+                                 args.plot)
+        _output.progress_console.print(f"wrote {written}")
     if args.json:
         _output.print_json([_row(plan) for plan in plans])
         return 0
@@ -58,8 +72,30 @@ def run(args) -> int:
         f"p2p {args.src} -> {args.dst} on {topo.name} (simulated; share % / pipeline pieces)",
         ["size", "direct(GB/s)", "multipath(GB/s)", "speedup", *names], rows)
     if args.output:
-        _output.console.print(f"wrote {args.output} ({format_size(plans[-1].size_bytes)})")
+        _output.console.print(f"wrote {args.output} (a plan: each size's paths for its "
+                              "range of sizes)")
     return 0
+
+
+def path_sets(kinds: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """Direct alone, then each further kind added in ``PATH_KINDS`` order (those asked)."""
+    ordered = [kind for kind in PATH_KINDS if kind in kinds]
+    return [tuple(ordered[:k]) for k in range(1, len(ordered) + 1)]
+
+
+def _curves(topo, args, kinds, sizes, plans) -> dict[str, list[tuple[int, float]]]:
+    curves = {}
+    for subset in path_sets(kinds):
+        if subset == tuple(k for k in PATH_KINDS if k in kinds):
+            shown = plans  # the full set: the plans of the table
+        else:
+            try:
+                shown = [plan_p2p(topo, args.src, args.dst, size, kinds=subset,
+                                  max_relays=args.max_relays) for size in sizes]
+            except NotApplicableError:  # e.g. no direct route: that set has no curve
+                continue
+        curves["+".join(subset)] = [(p.size_bytes, p.bandwidth) for p in shown]
+    return curves
 
 
 def _gbps(bandwidth: float, time_s: float) -> object:

@@ -34,7 +34,9 @@ def add_parser(subparsers) -> None:
                         help="allgather, reducescatter, allreduce, alltoall, broadcast, "
                              "reduce, gather, scatter")
     parser.add_argument("--strategy", default="ring",
-                        help=f"one of: {', '.join(strategies())} (default ring)")
+                        help=f"one of: {', '.join(strategies())}, or auto: the fastest "
+                             "simulated per size (default ring); strategies tuned per size "
+                             "are built for each of --sizes")
     parser.add_argument("--chunks", type=int, help="chunks per rank (default: the strategy's)")
     parser.add_argument("--root", type=int, default=0, help="root of rooted collectives")
     parser.add_argument("--option", action="append", metavar="KEY=VALUE",
@@ -117,13 +119,13 @@ def _plan(args) -> Plan:
     if not args.topology or not args.collective:
         raise InputError("give TOPOLOGY and COLLECTIVE (e.g. `ccweave run ring:4 allreduce`), "
                          "or --schedule FILE")
-    from ccweave.compare import build_verified
+    from ccweave.synth.select import strategy_plan
 
     topo = _inputs.topology(args.topology)
-    schedule = build_verified(topo, _inputs.kind(args.collective), args.strategy,
-                              root=args.root, chunks=args.chunks,
-                              **_inputs.strategy_options(args.option))
-    return Plan.single(schedule)
+    return strategy_plan(topo, _inputs.kind(args.collective), args.strategy,
+                         _inputs.sizes(args.sizes), root=args.root, chunks=args.chunks,
+                         progress=None if args.json else _output.progress_printer(),
+                         **_inputs.strategy_options(args.option))
 
 
 def _worker_argv(args, path: str, report: str) -> list[str]:
@@ -199,6 +201,7 @@ def _print(args, report: dict) -> None:
         return
     cells = []
     skipped: dict[str, str] = {}
+    unit, scale = _output.time_unit(mode["time_us"] * 1e-6 for mode in modes)
     for row in rows:
         line: list[object] = [format_size(row["size_bytes"]), row["count"], row["type"],
                               row["redop"], row["root"]]
@@ -208,14 +211,15 @@ def _print(args, report: dict) -> None:
                 skipped.setdefault(name.replace("_", "-"), mode["skipped"])
                 line += ["n/a"] * 4
             else:
-                line += [mode["time_us"], mode["algbw_GBps"], mode["busbw_GBps"],
+                line += [mode["time_us"] * 1e-6 / scale, mode["algbw_GBps"], mode["busbw_GBps"],
                          "-" if mode["wrong"] is None else mode["wrong"]]
         cells.append(line)
     _output.print_table(
         f"{report['plan'] or 'plan'}: {report['describe']} over {report['backend']}, "
         f"{report['iters']} iters (out-of-place | in-place)",
-        ["size", "count", "type", "redop", "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
-         "#wrong", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"], cells)
+        ["size", "count", "type", "redop", "root", f"time({unit})", "algbw(GB/s)",
+         "busbw(GB/s)", "#wrong", f"time({unit})", "algbw(GB/s)", "busbw(GB/s)", "#wrong"],
+        cells)
     for name, reason in skipped.items():
         if reason != "not requested":
             _output.console.print(f"[dim]{name}: {reason}[/]")

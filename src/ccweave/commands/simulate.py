@@ -30,10 +30,11 @@ def run(args) -> int:
                              "busiest_links": r.busiest_links(max(args.links, 5))}
                             for r in results])
         return 0
-    rows = [(format_size(r.size_bytes), r.time_s * 1e6, r.algbw / GB_PER_S, r.busbw / GB_PER_S)
-            for r in results]
+    unit, scale = _output.time_unit(r.time_s for r in results)
+    rows = [(format_size(r.size_bytes), r.time_s / scale, r.algbw / GB_PER_S,
+             r.busbw / GB_PER_S) for r in results]
     _output.print_table(f"{sched.name or args.schedule} on {topo.name}",
-                        ["size", "time(us)", "algbw(GB/s)", "busbw(GB/s)"], rows)
+                        ["size", f"time({unit})", "algbw(GB/s)", "busbw(GB/s)"], rows)
     if args.links:
         _output.print_table("busiest links", ["link", "utilisation"],
                             results[-1].busiest_links(args.links))

@@ -6,7 +6,9 @@ from ccweave import plan as plan_io
 from ccweave import schedule as schedule_io
 from ccweave.commands import _inputs, _output
 from ccweave.compare import build_verified
-from ccweave.synth.registry import strategies
+from ccweave.errors import InputError
+from ccweave.synth.registry import get_strategy, strategies
+from ccweave.synth.select import AUTO, DEFAULT_SIZES, best_plan, strategy_plan
 from ccweave.synth.taccl import cli as taccl_cli
 from ccweave.units import format_size
 
@@ -21,6 +23,13 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--strategy", default="ring",
                         help=f"one of: {', '.join(strategies())}, or auto: the fastest "
                              "per size, written as a plan (default ring)")
+    parser.add_argument("--sizes",
+                        help="auto, and strategies tuned per size (multipath, the "
+                             "pipelined allreduces, flow, taccl): write a plan with a "
+                             "schedule per size, e.g. 1KB:1GB (auto's default: 1KB:1GB)")
+    parser.add_argument("--strategies",
+                        help="auto: the candidates, comma-separated (default: every "
+                             "strategy but taccl)")
     parser.add_argument("--chunks", type=int, help="chunks per rank (default: the strategy's)")
     parser.add_argument("--root", type=int, default=0, help="root of rooted collectives")
     parser.add_argument("--option", action="append", metavar="KEY=VALUE",
@@ -34,8 +43,10 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     topo = _inputs.topology(args.topology)
     kind = _inputs.kind(args.collective)
-    if args.strategy == "auto":
-        return _run_auto(args, topo, kind)
+    if args.strategies and args.strategy != AUTO:
+        raise InputError("--strategies lists auto's candidates; use it with --strategy auto")
+    if args.strategy == AUTO or (args.sizes and get_strategy(args.strategy).sized):
+        return _run_plan(args, topo, kind)
     options = {**_inputs.strategy_options(args.option), **taccl_cli.flag_options(args)}
     with taccl_cli.progress_options(args.strategy, _output.progress_console) as progress:
         sched = build_verified(topo, kind, args.strategy, root=args.root, chunks=args.chunks,
@@ -54,10 +65,21 @@ def run(args) -> int:
     return 0
 
 
-def _run_auto(args, topo, kind) -> int:
-    from ccweave.synth.select import best_plan
-
-    plan = best_plan(topo, kind, root=args.root, progress=_output.progress_printer())
+def _run_plan(args, topo, kind) -> int:
+    """``auto``, or a sized strategy over ``--sizes``: a plan with a schedule per size."""
+    sizes = _inputs.sizes(args.sizes) if args.sizes else DEFAULT_SIZES
+    progress = _output.progress_printer()
+    if args.strategy == AUTO:
+        names = [n.strip() for n in args.strategies.split(",")] if args.strategies else None
+        if args.option:
+            raise InputError("--option configures one strategy; auto tries each with its "
+                             "defaults (tuned per size)")
+        plan = best_plan(topo, kind, sizes, names, root=args.root, chunks=args.chunks,
+                         progress=progress)
+    else:
+        options = {**_inputs.strategy_options(args.option), **taccl_cli.flag_options(args)}
+        plan = strategy_plan(topo, kind, args.strategy, sizes, root=args.root,
+                             chunks=args.chunks, progress=progress, **options)
     plan_io.save(plan, args.output)
     ranges = [(format_size(e.min_bytes), "inf" if e.max_bytes is None
                else format_size(e.max_bytes), e.schedule.name) for e in plan.entries]
@@ -66,7 +88,8 @@ def _run_auto(args, topo, kind) -> int:
                             "entries": [{"min_bytes": e.min_bytes, "max_bytes": e.max_bytes,
                                          "schedule": e.schedule.name} for e in plan.entries]})
     else:
-        _output.print_table(f"{plan.name}: fastest simulated schedule per size (each verified)",
+        what = "fastest simulated schedule" if args.strategy == AUTO else "schedule tuned"
+        _output.print_table(f"{plan.name}: {what} per size (each verified)",
                             ["from", "below", "schedule"], ranges)
         _output.console.print(f"wrote {args.output}")
     return 0

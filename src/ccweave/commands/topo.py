@@ -24,8 +24,9 @@ def add_parser(subparsers) -> None:
 
 def run_show(args) -> int:
     topo = _inputs.topology(args.topology)
-    if args.json:
-        _output.print_json({**topo.summary(), "topology": topology_io.to_dict(topo)})
+    if args.json:  # the file format itself (it loads back), with the counts beside it
+        _output.print_json({"format": topology_io.FORMAT, **topology_io.to_dict(topo),
+                            "summary": topo.summary()})
     else:
         summary = topo.summary()
         _output.console.print(f"[bold]{topo.name}[/]: {topo.num_ranks} ranks, fabric "

@@ -264,7 +264,7 @@ def _corrected(plan: P2PPlan, candidates: Sequence[Path]) -> np.ndarray | None:
 
 @register("multipath", {Kind.SENDRECV},
           "one message striped over the direct route, host/fabric routes and peer relays, "
-          "pipelined, shares tuned in simulation", classic=False)
+          "pipelined, shares tuned in simulation at option size", classic=False, sized=True)
 def build_multipath(topology: Topology, kind: Kind, *, root: int = 0,
                     chunks: int | None = None, **options: object) -> Schedule:
     """``sendrecv`` from ``root`` to option ``peer`` (default ``root + 1``) planned by

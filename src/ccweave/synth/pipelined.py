@@ -294,9 +294,10 @@ MULTIPATH = ("auto", "socket", "all", "off")
 
 def _options(strategy: str, options: dict[str, object],
              extra: Sequence[str] = ()) -> tuple[int | None, float, str]:
-    """``depth``, ``size`` and ``multipath`` checked; other options must be in ``extra``."""
+    """``depth``, ``size`` and ``multipath`` checked; other options must be in ``extra``
+    (``fallback`` is read by :func:`_not_slower_than_ring`)."""
     reject_options({k: v for k, v in options.items() if k not in extra}, strategy,
-                   ("depth", "size", "multipath", *extra))
+                   ("depth", "size", "multipath", "fallback", *extra))
     depth = options.get("depth")
     size = options.get("size", DEFAULT_SIZE)
     if isinstance(size, str):
@@ -320,9 +321,37 @@ def _common(options: dict[str, object]) -> dict[str, object]:
     return {k: v for k, v in options.items() if k in ("depth", "size", "multipath")}
 
 
+def _not_slower_than_ring(schedule: Schedule, topology: Topology, size: float,
+                          strategy: str, options: dict[str, object]) -> Schedule:
+    """``schedule``, or the ring allreduce where that simulates faster at ``size`` (the
+    pipelines pay a reduce into one rank per piece: at small sizes, or where a group's
+    leader is a bottleneck, the ring wins). Option ``fallback=false`` keeps ours."""
+    from ccweave.synth.registry import synthesize
+
+    fallback = options.get("fallback", True)
+    if not isinstance(fallback, bool):
+        raise InputError(f"strategy {strategy!r}: fallback must be true or false, "
+                         f"got {fallback!r}")
+    if not fallback:
+        return schedule
+    try:
+        ring = synthesize(topology, Kind.ALLREDUCE, "ring")
+    except NotApplicableError:
+        return schedule
+    ours, theirs = _time(schedule, topology, size), _time(ring, topology, size)
+    if ours <= theirs:
+        return schedule
+    message = (f"ring simulates faster at {size:.0f} bytes ({theirs * 1e6:.1f} us vs "
+               f"{ours * 1e6:.1f} us for {schedule.name}); returning it (option "
+               "fallback=false keeps the pipeline)")
+    return ring.with_name(f"{strategy}->{ring.name}", fallback=message,
+                          pipelined_schedule=schedule.name, pipelined_us=ours * 1e6)
+
+
 @register("flat-pipelined", {Kind.ALLREDUCE},
           "each rank reduces one 1/N segment from all, then broadcasts it, pipelined in "
-          "pieces; multipath on spare links (fully connected nodes)", classic=False)
+          "pieces; multipath on spare links (fully connected nodes); tuned at option size, "
+          "the ring where that is faster", classic=False, sized=True)
 def build_flat_pipelined(topology: Topology, kind: Kind, *, root: int = 0,
                          chunks: int | None = None, **options: object) -> Schedule:
     """Flat two-stage pipelined allreduce.
@@ -330,8 +359,9 @@ def build_flat_pipelined(topology: Topology, kind: Kind, *, root: int = 0,
     Options: ``depth`` (pieces per segment; default ``chunks``, else the fastest of
     :data:`DEPTHS` in simulation), ``size`` (bytes to tune for, default 64 MiB),
     ``multipath`` (``auto``, ``socket``, ``all``, ``off``; default ``auto``: the faster
-    of striping inside sockets and striping anywhere). Needs a route between every pair
-    and one node (several nodes: hierarchical-pipelined).
+    of striping inside sockets and striping anywhere), ``fallback`` (default true: the
+    ring allreduce where it simulates faster at ``size``). Needs a route between every
+    pair and one node (several nodes: hierarchical-pipelined).
     """
     require_kind(Kind.parse(kind), {Kind.ALLREDUCE}, "flat-pipelined")
     depth, size, multipath = _options("flat-pipelined", options)
@@ -349,7 +379,8 @@ def build_flat_pipelined(topology: Topology, kind: Kind, *, root: int = 0,
     n = topology.num_ranks
     schedule = _depths(lambda d: flat(topology, d), topology, depth or chunks, size,
                        2 * n * (n - 1))
-    return _with_multipath(schedule, topology, size, multipath)
+    return _not_slower_than_ring(_with_multipath(schedule, topology, size, multipath),
+                                 topology, size, "flat-pipelined", options)
 
 
 INTRA = ("star", "chain")
@@ -357,7 +388,8 @@ INTRA = ("star", "chain")
 
 @register("hierarchical-pipelined", {Kind.ALLREDUCE},
           "reduce to socket/node leaders, leaders reduce-scatter + allgather, broadcast "
-          "back, stages overlapped piece by piece; multipath inside sockets", classic=False)
+          "back, stages overlapped piece by piece; multipath inside sockets; tuned at "
+          "option size, the ring where that is faster", classic=False, sized=True)
 def build_hierarchical_pipelined(topology: Topology, kind: Kind, *, root: int = 0,
                                  chunks: int | None = None, **options: object) -> Schedule:
     """Three-stage hierarchical pipelined allreduce.
@@ -365,9 +397,9 @@ def build_hierarchical_pipelined(topology: Topology, kind: Kind, *, root: int = 
     Options: ``level`` (``socket`` or ``node``: the groups whose first rank leads),
     ``intra`` (``star`` or ``chain``: how a group reduces into its leader), ``depth``
     (pieces; default ``chunks``), ``size`` (bytes to tune for, default 64 MiB),
-    ``multipath`` (as flat-pipelined's). What is not given is chosen by simulation at
-    ``size``. Needs ``groups["socket"]`` or ``groups["node"]``: several groups, not all
-    single ranks.
+    ``multipath`` and ``fallback`` (as flat-pipelined's). What is not given is chosen by
+    simulation at ``size``. Needs ``groups["socket"]`` or ``groups["node"]``: several
+    groups, not all single ranks.
     """
     require_kind(Kind.parse(kind), {Kind.ALLREDUCE}, "hierarchical-pipelined")
     depth, size, multipath = _options("hierarchical-pipelined", options, ("level", "intra"))
@@ -397,4 +429,5 @@ def build_hierarchical_pipelined(topology: Topology, kind: Kind, *, root: int = 
         candidates.append(built.with_name(built.name.replace("(", f"(level={lv}, ", 1),
                                           level=lv))
     schedule = _fastest(candidates, topology, size, GOOD_ENOUGH)
-    return _with_multipath(schedule, topology, size, multipath)
+    return _not_slower_than_ring(_with_multipath(schedule, topology, size, multipath),
+                                 topology, size, "hierarchical-pipelined", options)

@@ -29,6 +29,7 @@ STRATEGY_MODULES = (
     "ccweave.synth.pipelined",
     "ccweave.multipath.p2p",
     "ccweave.synth.taccl",
+    "ccweave.synth.flow",
 )
 
 
@@ -47,6 +48,9 @@ class Strategy:
     sized: bool = False
     """The size is an input of the synthesis (option ``size``): ``compare`` builds one
     schedule per size, as TACCL synthesizes one per size."""
+    auto: bool = True
+    """``auto`` (the fastest strategy per size) tries it. Every strategy but slow ones,
+    unless a slow one says so (its solver takes seconds per size, not minutes)."""
 
 
 _REGISTRY: dict[str, Strategy] = {}
@@ -54,15 +58,16 @@ _loaded = False
 
 
 def register(name: str, collectives: set[Kind] | frozenset[Kind], description: str,
-             classic: bool = True, slow: bool = False,
-             sized: bool = False) -> Callable[[Build], Build]:
-    """Decorator: register ``build`` as strategy ``name`` for ``collectives``."""
+             classic: bool = True, slow: bool = False, sized: bool = False,
+             auto: bool | None = None) -> Callable[[Build], Build]:
+    """Decorator: register ``build`` as strategy ``name`` for ``collectives``
+    (``auto`` defaults to ``not slow``)."""
 
     def decorate(build: Build) -> Build:
         if name in _REGISTRY and _REGISTRY[name].build is not build:
             raise ValueError(f"strategy {name!r} is registered twice")
         _REGISTRY[name] = Strategy(name, frozenset(collectives), build, description, classic,
-                                   slow, sized)
+                                   slow, sized, not slow if auto is None else auto)
         return build
 
     return decorate

@@ -15,8 +15,14 @@ from ccweave.topology import cost, zoo
 from ccweave.topology.model import Link, NodeKind, Topology
 from ccweave.units import GB_PER_S, US
 
+FORMAT = "ccweave.topology"
+"""The ``format`` field ``topo show --json`` writes (optional when reading)."""
+
 _TOP_FIELDS = {"name", "ranks", "fabric", "links", "groups", "local_bw_GBps", "source",
-               "cost_model", "format", "comment"}
+               "cost_model", "format", "comment", "summary"}
+_IGNORED_FIELDS = {"format", "comment", "summary"}
+"""Read and ignored: ``summary`` holds the counts ``topo show --json`` prints beside the
+topology, so its output loads back."""
 _LINK_FIELDS = {"src", "dst", "bw_GBps", "alpha_us", "duplex", "kind", "count"}
 
 
@@ -52,10 +58,13 @@ def from_dict(data: object, source: str = "topology") -> Topology:
     if not isinstance(data, dict):
         raise TopologyError(f"{source}: the top level must be an object with fields "
                             "name, ranks, fabric, links, groups")
+    if data.get("format", FORMAT) != FORMAT:
+        raise TopologyError(f"{source}: \"format\": {data['format']!r} is not a topology "
+                            f"(expected {FORMAT!r}, or no format field)")
     unknown = set(data) - _TOP_FIELDS
     if unknown:
         raise TopologyError(f"{source}: unknown field(s) {sorted(unknown)}; allowed: "
-                            f"{sorted(_TOP_FIELDS - {'format', 'comment'})}")
+                            f"{sorted(_TOP_FIELDS - _IGNORED_FIELDS)}")
     ranks = data.get("ranks")
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise TopologyError(f"{source}: field 'ranks' must be a positive integer (ranks are "

@@ -61,7 +61,8 @@ class Topology:
     name: what to call it (``dgx1``, ``ndv2:2``, a file's ``name``).
     num_ranks: ranks are ``0..num_ranks-1``.
     links: directed links; parallel links between one pair are merged into one with the
-        summed bandwidth (and the larger alpha).
+        summed bandwidth and the larger alpha (a message striped over both waits for the
+        slower start; docs/topology-format.md says how to keep a slow path apart).
     fabric: fabric node name -> kind.
     groups: named partitions of the ranks that hierarchical strategies read, e.g.
         ``{"node": ((0, 1, 2, 3), (4, 5, 6, 7)), "socket": ...}``.
