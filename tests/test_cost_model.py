@@ -125,7 +125,7 @@ def test_every_transfer_takes_at_least_its_costed_idle_time(data):
 
 def test_the_file_format_keeps_the_cost_model_and_hosts():
     topology = pair(ranks=4).with_cost(
-        CostModel(50e-6, 20e-6, 1.2e9, True, 0.9, "measured"), ((0, 1), (2, 3)))
+        CostModel(50e-6, 20e-6, 1.2e9, True, 0.9, 10e-6, "measured"), ((0, 1), (2, 3)))
     again = topology_io.from_dict(topology_io.to_dict(topology))
     assert again.cost == topology.cost
     assert again.host_of == (0, 0, 1, 1)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from ccweave.collectives import Kind
 from ccweave.errors import InputError
 from ccweave.multipath import plan_p2p
+from ccweave.multipath.p2p import PATH_KINDS
 from ccweave.simulate import simulate
 from ccweave.synth import synthesize
 from ccweave.topology import zoo
@@ -35,9 +36,12 @@ def checked(plan) -> None:
                           ("dgx1", 2, 7)])
 @pytest.mark.parametrize("size", [MB, 64 * MB, GB])
 def test_plans_verify_and_beat_the_direct_path(machine, src, dst, size):
-    plan = plan_p2p(zoo.get(machine), src, dst, size)
+    plan = plan_p2p(zoo.get(machine), src, dst, size)  # UCX's paths: direct and host
     checked(plan)
-    assert plan.speedup >= (1.0 if size == MB else 1.5)
+    assert plan.speedup >= 1.0
+    relayed = plan_p2p(zoo.get(machine), src, dst, size, kinds=PATH_KINDS)  # and peers
+    checked(relayed)
+    assert relayed.speedup >= (1.0 if size == MB else 1.5)
 
 
 @pytest.mark.parametrize("machine", ["mist", "cedar", "dgx1"])
@@ -50,14 +54,16 @@ def test_paths_finish_together(machine, size):
 
 @pytest.mark.parametrize("size", [64 * MB, GB])
 def test_the_papers_speedups(size):
-    """Mist: 1.67x-1.84x in the paper; Cedar over its host path alone: 1.18x-1.23x."""
+    """Mist: 1.67x-1.84x in the paper; Cedar over its host path alone: 1.18x-1.23x. With
+    the host path staged (copied in, then out, in at most 8 pipelined pieces, each copy
+    paying the staging latency) the model lands between 1.6x and 1.9x, and 1.15x-1.3x."""
     mist = plan_p2p(zoo.get("mist"), 0, 1, size)
-    assert mist.speedup >= 1.6
+    assert 1.6 <= mist.speedup <= 1.9
     assert {p.path.describe() for p in mist.paths} == {"0 -> 1", "0 -> cpu0 -> 1"}
-    cedar = plan_p2p(zoo.get("cedar"), 0, 1, size, kinds=("direct", "fabric"))
-    assert cedar.speedup >= 1.15
+    cedar = plan_p2p(zoo.get("cedar"), 0, 1, size)
+    assert 1.15 <= cedar.speedup <= 1.3
     host = next(p for p in cedar.paths if p.path.kind == "fabric")
-    assert 0.2 < host.share < 0.3
+    assert 0.15 < host.share < 0.3
 
 
 @pytest.mark.parametrize("machine", ["fully-connected:2", "switch:4"])

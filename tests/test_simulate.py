@@ -401,7 +401,8 @@ def test_the_benchmark_runs_and_reports_json():
 
 
 def test_a_pinned_route_is_taken_instead_of_the_cheapest():
-    """Mist: GPU0 -> GPU1 over the direct NVLink and, pinned, through the host at once."""
+    """Mist: GPU0 -> GPU1 over the direct NVLink and, pinned, through the host at once; the
+    host path stages its bytes in host memory (in, then out)."""
     from ccweave.topology import zoo
     from ccweave.verify import check
 
@@ -413,7 +414,7 @@ def test_a_pinned_route_is_taken_instead_of_the_cheapest():
     size = 2**30
     assert check(both, mist).ok
     alone = simulate(both, mist, size).time_s
-    assert alone == pytest.approx(size / 2 / 75e9 + 1.4e-6, rel=1e-6)
+    assert alone == pytest.approx(2 * (size / 2 / 75e9 + 0.7e-6), rel=1e-6)
     bad = ScheduleBuilder(Collective(Kind.SENDRECV, 4, 1, root=0, peer=1))
     bad.add(0, 1, Buffer.INPUT, 0, Buffer.OUTPUT, 0, 4, via=("cpu1",))
     problem = check(bad.build("bad"), mist).problems[0]

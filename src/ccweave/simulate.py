@@ -22,7 +22,7 @@ import numpy as np
 from ccweave.errors import InputError, TopologyError
 from ccweave.gc_pause import gc_paused
 from ccweave.schedule import Schedule, Transfer, topological_order
-from ccweave.topology.model import Topology
+from ccweave.topology.model import NodeKind, Topology
 
 __all__ = ["PathStep", "SimResult", "simulate"]
 
@@ -210,18 +210,69 @@ class _Plan:
 
     def _pinned_routes(self, src: list[int], dst: list[int],
                        vias: list[tuple[str, ...] | None]) -> None:
-        """Routes keyed by (src, dst, via) where some transfers pin theirs."""
+        """Routes keyed by (src, dst, via) where some transfers pin theirs. A pinned route
+        through host memory (a CPU node) is staged there: its bytes land in host memory
+        before they go on (the copy in and the copy out of the multipath host path), so
+        each such stage streams after the one before, with its own latency."""
         keys: dict[tuple, int] = {}
         pairs, pair_of = [], []
+        segments: dict[int, list[tuple[tuple[int, ...], float, float]]] = {}
         for index, key in enumerate(zip(src, dst, vias)):
             if key not in keys:
                 keys[key] = len(pairs)
                 pairs.append(self._pair(index, *key))
+                staged = self._stages(*key)
+                if staged:
+                    segments[keys[key]] = staged
             pair_of.append(keys[key])
         self._set_routes(pairs, np.array(pair_of, dtype=np.int64))
+        lines: dict[tuple, int] = {}
+        channels = [t.channel for t in self.schedule.transfers]
+        for index, pair in enumerate(pair_of):
+            if pair in segments:
+                first, *rest = segments[pair]
+                self.route[index], self.alpha[index], self.bottleneck[index] = first
+                self.stages[index] = rest
+                key = (src[index], dst[index], vias[index], channels[index])
+                if key not in lines:
+                    lines[key] = self.num_stage_lines
+                    self.num_stage_lines += len(segments[pair])
+                self.stage_line[index] = lines[key]
+                if self.fifo:  # its stages are its lines: not the connection's
+                    self.conn_of[index] = -1
+
+    def _stages(self, src: int, dst: int, via: tuple[str, ...] | None
+                ) -> list[tuple[tuple[int, ...], float, float]]:
+        """The stages of a pinned route cut at the CPU nodes it passes (none: not staged)."""
+        topology = self.topology
+        if via is None or src == dst or not any(
+                topology.kind(node) is NodeKind.CPU for node in via):
+            return []
+        hosts = tuple(dict.fromkeys((self.hosts[src], self.hosts[dst]))) if self.hosts \
+            else ()
+        stages, current = [], []
+        for number in topology.route_via(src, dst, via):
+            current.append(number)
+            link = topology.links[number]
+            if link.dst in via and topology.kind(link.dst) is NodeKind.CPU:
+                stages.append(current)
+                current = []
+        stages.append(current)
+        latency = topology.cost.message_latency + topology.cost.staging_latency
+        return [(tuple(part) + hosts,
+                 float(sum(topology.links[i].alpha for i in part)) + latency,
+                 float(min(self.capacity[i] for i in (*part, *hosts))))
+                for part in stages if part]
 
     def _set_routes(self, pairs: list[tuple[tuple[int, ...], float, float]],
                     pair_of: np.ndarray) -> None:
+        self.stages: dict[int, list[tuple[tuple[int, ...], float, float]]] = {}
+        """Per staged transfer, the stages after its first (route, alpha, bottleneck)."""
+        self.stage_line: dict[int, int] = {}
+        """Per staged transfer, its first stage's line: stage ``s`` of a route (and
+        channel) moves one message at a time, line ``stage_line + s``, so pieces pipeline:
+        piece ``j + 1`` is copied in while piece ``j`` is copied out."""
+        self.num_stage_lines = 0
         self.pairs = pairs
         self.pair_of = pair_of
         pick = pair_of.tolist()
@@ -298,6 +349,23 @@ def _run(plan: _Plan) -> tuple[list[float], list[float], list[float], list[int],
     route, nbytes, alpha, solo_rate = plan.route, plan.nbytes, plan.alpha, plan.bottleneck
     overhead, src_of = plan.overhead, plan.src
     engine = [0.0] * (max(src_of, default=-1) + 1)  # when each rank may issue its next transfer
+    stages, next_stage = plan.stages, dict.fromkeys(plan.stages, 0)
+    stage_line = plan.stage_line
+    stage_holder = [-1] * plan.num_stage_lines
+    stage_queue: list[deque[int]] = [deque() for _ in range(plan.num_stage_lines)]
+
+    def release_stage(index: int, now: float) -> None:
+        """The stage ``index`` was on is free: the next piece waiting for it starts."""
+        line = stage_line[index] + next_stage[index]
+        stage_holder[line] = -1
+        if stage_queue[line]:
+            follower = stage_queue[line].popleft()
+            bucket = starts.get(now)
+            if bucket is None:
+                starts[now] = [follower]
+                heappush(times, now)
+            else:
+                bucket.append(follower)
     fifo, conn_of = plan.fifo, plan.conn_of
     holder = [-1] * plan.num_conns  # the transfer streaming on each connection
     queued: list[deque[int]] = [deque() for _ in range(plan.num_conns)]
@@ -339,6 +407,28 @@ def _run(plan: _Plan) -> tuple[list[float], list[float], list[float], list[int],
                     if predicted[index] != now:
                         continue  # stale: its rate changed after this event was queued
                     predicted[index] = -1.0
+                    if stages and index in stages and next_stage[index] < len(stages[index]):
+                        for link in route[index]:  # a stage done: the next one starts
+                            others = flows[link]
+                            others.discard(index)
+                            if others:
+                                dirty.add(link)
+                            else:
+                                busy[link] += now - busy_since[link]
+                        release_stage(index, now)
+                        stage = stages[index][next_stage[index]]
+                        next_stage[index] += 1
+                        route[index], solo_rate[index] = stage[0], stage[2]
+                        when = now + stage[1]
+                        bucket = starts.get(when)
+                        if bucket is None:
+                            starts[when] = [index]
+                            heappush(times, when)
+                        else:
+                            bucket.append(index)
+                        continue
+                    if stages and index in stages:
+                        release_stage(index, now)
                     finish[index] = now
                     if fifo:  # the connection's next message streams now
                         line = conn_of[index]
@@ -385,11 +475,18 @@ def _run(plan: _Plan) -> tuple[list[float], list[float], list[float], list[int],
                     if fifo:  # one message at a time per connection, in ready order
                         line = conn_of[index]
                         if line >= 0:
-                            if holder[line] >= 0:
+                            if holder[line] >= 0 and holder[line] != index:
                                 queued[line].append(index)
                                 continue
                             holder[line] = index
-                    start[index] = now
+                    if stages and index in stages:  # one piece at a time per stage
+                        line = stage_line[index] + next_stage[index]
+                        if stage_holder[line] >= 0 and stage_holder[line] != index:
+                            stage_queue[line].append(index)
+                            continue
+                        stage_holder[line] = index
+                    if not stages or not next_stage.get(index):  # a later stage: started
+                        start[index] = now
                     links = route[index]
                     alone = True
                     for link in links:

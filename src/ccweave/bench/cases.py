@@ -54,6 +54,7 @@ class Skipped:
 def plan_entries(topology: Topology, kind: Kind, sizes: Sequence[int],
                  strategies: Sequence[str] | None, baselines: Sequence[str], *,
                  root: int = 0, backend: str = "gloo", scale: float = 1.0,
+                 options: dict[str, dict[str, object]] | None = None,
                  progress: Callable[[str], None] | None = None
                  ) -> tuple[list[Entry], list[Skipped]]:
     """Entries for ``strategies`` (default: every fast one, and ``auto``) and the
@@ -61,7 +62,8 @@ def plan_entries(topology: Topology, kind: Kind, sizes: Sequence[int],
 
     ``topology`` is what the jobs run on (the testbed's emulated machine, with its cost
     model when calibrated): schedules, ``auto``'s choice and predictions come from it;
-    predictions are multiplied by ``scale`` into the emulated machine's time."""
+    predictions are multiplied by ``scale`` into the emulated machine's time. ``options``
+    gives a strategy its options (``{"multipath": {"kinds": "direct,relay"}}``)."""
     for base in baselines:
         if base not in BASELINES:
             raise InputError(f"--baselines {base!r}: choose from {', '.join(BASELINES)}")
@@ -76,7 +78,8 @@ def plan_entries(topology: Topology, kind: Kind, sizes: Sequence[int],
             progress(f"{name}: synthesize, verify, simulate")
         try:
             schedules = (_auto(topology, kind, sizes, root) if name == AUTO
-                         else _schedules(topology, kind, name, sizes, root))
+                         else _schedules(topology, kind, name, sizes, root,
+                                         (options or {}).get(name, {})))
         except NotApplicableError as error:
             skipped.append(Skipped(name, str(error)))
             continue
@@ -91,11 +94,11 @@ def plan_entries(topology: Topology, kind: Kind, sizes: Sequence[int],
 
 
 def _schedules(topology: Topology, kind: Kind, name: str, sizes: Sequence[int],
-               root: int) -> dict[int, Schedule]:
+               root: int, options: dict[str, object]) -> dict[int, Schedule]:
     if get_strategy(name).sized:
-        return {size: build_verified(topology, kind, name, root=root, size=size)
+        return {size: build_verified(topology, kind, name, root=root, size=size, **options)
                 for size in sizes}
-    return dict.fromkeys(sizes, build_verified(topology, kind, name, root=root))
+    return dict.fromkeys(sizes, build_verified(topology, kind, name, root=root, **options))
 
 
 def _auto(topology: Topology, kind: Kind, sizes: Sequence[int],

@@ -15,6 +15,7 @@ from pathlib import Path
 from ccweave.errors import InputError, RuntimeFault
 from ccweave.runtime import batch
 from ccweave.runtime.batch import Case
+from ccweave.schedule import Schedule
 from ccweave.topology.model import Topology
 
 TESTBEDS = ("netns", "none")
@@ -48,17 +49,30 @@ class Site:
     scale: float
     folder: Path
 
+    def pin(self, schedules: Sequence[Schedule]) -> None:
+        """Make the routes ``schedules`` pin real on the testbed (nothing elsewhere)."""
+        if self.bed is None:
+            return
+        routes = {(t.src, t.dst, t.via) for schedule in schedules for t in schedule.transfers
+                  if t.via is not None and t.src != t.dst}
+        if routes:
+            self.bed.pin(sorted(routes, key=str))  # type: ignore[attr-defined]
+
     def run(self, module: str, argv: Sequence[str], backend: str, timeout: float,
             on_line: Lines | None = None) -> None:
         """``python -m MODULE ARGV`` as every rank, over ``backend``."""
+        from ccweave.runtime.transport.sockets import ROUTES_ENV
         from ccweave.testbed import run_mpi, run_ranks
 
         if self.bed is None:
             _run_here(module, argv, self.topology.num_ranks, backend, on_line)
-        elif backend == "mpi":
-            run_mpi(self.bed, argv, module=module, timeout=timeout, on_line=on_line)
+            return
+        env = {ROUTES_ENV: self.bed.routes_file(self.folder)}  # type: ignore[attr-defined]
+        if backend == "mpi":
+            run_mpi(self.bed, argv, module=module, timeout=timeout, on_line=on_line, env=env)
         else:
-            run_ranks(self.bed, argv, module=module, timeout=timeout, on_line=on_line)
+            run_ranks(self.bed, argv, module=module, timeout=timeout, on_line=on_line,
+                      env=env)
 
 
 @contextmanager

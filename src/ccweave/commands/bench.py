@@ -39,11 +39,21 @@ def add_parser(subparsers) -> None:
                         help="timed repetitions per measurement, median kept (default 3)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
     parser.add_argument("--root", type=int, default=0, help="root of rooted collectives")
+    parser.add_argument("--option", action="append", metavar="STRATEGY:KEY=VALUE",
+                        help="a strategy's option, e.g. multipath:kinds=direct,relay "
+                             "(repeatable)")
     parser.add_argument("--no-calibrate", dest="calibrate", action="store_false",
                         help="predict with the plain link model instead of first fitting "
                              "the cost model on the machine (ccweave profile --calibrate)")
     parser.add_argument("--calibrate-sizes", default="1MB,16MB",
                         help="sizes of the calibration runs (default 1MB,16MB)")
+    parser.add_argument("--save-model", metavar="FILE",
+                        help="write the calibrated machine (as emulated, with its cost "
+                             "model) to FILE, for a later --model")
+    parser.add_argument("--model", metavar="FILE",
+                        help="predict with this topology file's cost model (written by "
+                             "ccweave profile --calibrate on this machine) instead of "
+                             "calibrating now")
     parser.add_argument("--timeout", type=float, default=3600.0,
                         help="seconds the whole measurement may take (default 3600)")
     parser.add_argument("--plot", metavar="PREFIX",
@@ -71,22 +81,33 @@ def run(args) -> int:
         _inputs.sizes(args.calibrate_sizes)
     load_before = os.getloadavg()
     say = None if args.json else _output.progress_printer()
-    collective = Collective(kind, topo.num_ranks, root=args.root)
+    collective = Collective(kind, topo.num_ranks, root=args.root,
+                            peer=(args.root + 1) % topo.num_ranks)  # sendrecv: to the next
     calibration = None
     with site(topo, args.testbed, max_rate_mbit=args.max_rate,
               mpi="mpi" in baselines) as place:
         model = place.emulated
-        if args.calibrate:
+        if args.model:
+            fitted = _inputs.topology(args.model)
+            model = model.with_cost(fitted.cost, fitted.groups.get("host"))
+        elif args.calibrate:
             if say:
                 say("calibrating the cost model on the machine (ccweave profile --calibrate)")
             calibration = calibrate(place, args.topology, args.calibrate_sizes,
                                     timeout=args.timeout, progress=say)
             model = model.with_cost(calibration.cost, calibration.hosts)
+            if args.save_model:
+                from ccweave.topology import io as topology_io
+
+                topology_io.write(model, args.save_model)
         entries, skipped = plan_entries(model, kind, sizes, names, baselines, root=args.root,
-                                        scale=place.scale, progress=say)
+                                        scale=place.scale, options=_options(args.option),
+                                        progress=say)
         jobs = {backend: batch_cases(entries, sizes, collective, backend, reps=args.reps,
                                      warmup=args.warmup, scale=place.scale)
                 for backend in dict.fromkeys(["gloo", *baselines])}
+        place.pin([case.schedule for cases in jobs.values() for case in cases
+                   if case.schedule is not None])
         total = sum(len(cases) for cases in jobs.values())
         with _progress(total, args.json) as advance:
             measured = run_jobs(place, jobs, timeout=args.timeout, on_progress=advance)
@@ -97,7 +118,7 @@ def run(args) -> int:
     plots = plot(rows, collective, f"{kind.value} on {topo.name}", args.plot) \
         if args.plot else []
     load = {"before": load_before, "after": load_after, "cores": os.cpu_count()}
-    cost = model.cost.to_dict() if calibration else None
+    cost = None if model.cost.is_empty else model.cost.to_dict()
     if args.json:
         _output.print_json({
             "topology": topo.name, "collective": kind.value, "testbed": measured.testbed,
@@ -154,6 +175,18 @@ def run(args) -> int:
     for path in plots:
         _output.console.print(f"wrote {path}")
     return _wrong_code(rows)
+
+
+def _options(pairs: list[str] | None) -> dict[str, dict[str, object]]:
+    """``--option STRATEGY:KEY=VALUE`` as options per strategy."""
+    found: dict[str, dict[str, object]] = {}
+    for pair in pairs or []:
+        name, sep, rest = pair.partition(":")
+        if not sep or not name:
+            raise InputError(f"--option {pair!r}: write STRATEGY:KEY=VALUE, e.g. "
+                             "multipath:kinds=direct,relay")
+        found.setdefault(name, {}).update(_inputs.strategy_options([rest]))
+    return found
 
 
 def _baselines(text: str | None) -> list[str]:

@@ -9,7 +9,7 @@ from ccweave import plan as plan_io
 from ccweave.commands import _inputs, _output
 from ccweave.errors import InputError, NotApplicableError
 from ccweave.multipath import plan_p2p
-from ccweave.multipath.p2p import PATH_KINDS, P2PPlan
+from ccweave.multipath.p2p import DEFAULT_KINDS, PATH_KINDS, P2PPlan
 from ccweave.multipath.plot import plot_bandwidth
 from ccweave.plan import Plan
 from ccweave.units import GB_PER_S, format_size
@@ -24,9 +24,10 @@ def add_parser(subparsers) -> None:
     parser.add_argument("src", type=int, help="sending rank")
     parser.add_argument("dst", type=int, help="receiving rank")
     parser.add_argument("--sizes", default="1MB:1GB", help="e.g. 1MB:1GB or 64MB,1GB")
-    parser.add_argument("--paths", default=",".join(PATH_KINDS),
-                        help="path kinds to use: direct, fabric (host memory, other "
-                             "switches), relay (peer ranks); default all")
+    parser.add_argument("--paths", default=",".join(DEFAULT_KINDS),
+                        help="path kinds to use: direct, fabric (host memory, staged; other "
+                             "switches), relay (peer ranks, beyond the multipath paper); "
+                             "default direct,fabric as UCX")
     parser.add_argument("--max-relays", type=int, default=1,
                         help="relay ranks one path may cross (default 1)")
     parser.add_argument("-o", "--output", metavar="PLAN.json",

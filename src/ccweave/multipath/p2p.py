@@ -38,6 +38,9 @@ MIN_SHARE = 0.02
 transfer for next to no bandwidth."""
 
 PATH_KINDS = ("direct", "fabric", "relay")
+DEFAULT_KINDS = ("direct", "fabric")
+"""UCX's choice: the direct route and routes through host memory and other fabric.
+Relays through peer ranks go beyond the multipath paper (option ``kinds``)."""
 
 DEFAULT_SIZE = 64 * 2**20
 """Message size the ``multipath`` strategy plans for when none is given."""
@@ -120,7 +123,9 @@ def build_schedule(topology: Topology, src: int, dst: int,
     """A ``sendrecv`` schedule moving consecutive chunk ranges over ``parts``:
     ``(path, chunks, pieces)``, in order. Pieces of one path follow one another on every
     hop (a FIFO stream per hop), so a relay forwards piece ``j`` while piece ``j+1``
-    arrives."""
+    arrives; on a hop staged in host memory the stages keep that order themselves (each
+    copies one piece at a time), so piece ``j+1`` is copied in while ``j`` is copied
+    out."""
     coll = Collective(Kind.SENDRECV, topology.num_ranks, chunks_per_rank, src, dst)
     if sum(chunks for _, chunks, _ in parts) != coll.total_chunks:
         raise InputError(f"multipath: parts cover {sum(c for _, c, _ in parts)} chunks, the "
@@ -141,7 +146,8 @@ def build_schedule(topology: Topology, src: int, dst: int,
                     at = scratch_used.get(hop.dst, 0)
                     scratch_used[hop.dst] = at + length
                     target = (Buffer.SCRATCH, at)
-                after = [] if last_on_hop[number] is None else [last_on_hop[number]]
+                after = [] if last_on_hop[number] is None or hop.stages \
+                    else [last_on_hop[number]]
                 index = builder.add(hop.src, hop.dst, *slot, *target, length, Op.COPY,
                                     channel, after, hop.via)
                 last_on_hop[number] = index
@@ -155,7 +161,7 @@ def build_schedule(topology: Topology, src: int, dst: int,
 
 
 def plan_p2p(topology: Topology, src: int, dst: int, size_bytes: int, *,
-             kinds: Sequence[str] = PATH_KINDS, max_paths: int = MAX_PATHS,
+             kinds: Sequence[str] = DEFAULT_KINDS, max_paths: int = MAX_PATHS,
              max_relays: int = MAX_RELAYS, max_pieces: int = MAX_PIECES,
              iterations: int = 6, chunks_per_rank: int | None = None) -> P2PPlan:
     """Plan ``size_bytes`` from rank ``src`` to rank ``dst`` over every useful path.
@@ -163,7 +169,8 @@ def plan_p2p(topology: Topology, src: int, dst: int, size_bytes: int, *,
     Parameters
     ----------
     kinds: path kinds to use: ``direct``, ``fabric`` (other routes through switches and
-        host memory), ``relay`` (through peer ranks).
+        host memory; through host memory the route is staged there), ``relay`` (through
+        peer ranks; beyond the multipath paper). Default: direct and fabric, as UCX.
     max_paths, max_relays: bounds on path discovery (:func:`find_paths`); ranks that
         no path of ``max_relays`` relays joins are joined through as many as it takes.
     max_pieces: pipeline pieces per relay path at most.
@@ -184,11 +191,15 @@ def plan_p2p(topology: Topology, src: int, dst: int, size_bytes: int, *,
     total = c * topology.num_ranks
     candidates = [p for p in find_paths(topology, src, dst, max_paths=max_paths,
                                         max_relays=max_relays) if p.kind in kinds]
+    direct = direct_path(topology, src, dst)
+    if not candidates and direct is None:  # no route of these kinds: relays must join them
+        kinds = (*kinds, "relay")
+        candidates = [p for p in find_paths(topology, src, dst, max_paths=max_paths,
+                                            max_relays=max_relays) if p.kind in kinds]
     if not candidates and max_relays < topology.num_ranks - 2:  # far apart: relay more
         candidates = [p for p in find_paths(topology, src, dst, max_paths=max_paths,
                                             max_relays=topology.num_ranks - 2)
                       if p.kind in kinds]
-    direct = direct_path(topology, src, dst)
     direct_s = math.inf
     if direct is not None:
         alone = build_schedule(topology, src, dst, [(direct, total, 1)], c)
@@ -273,7 +284,7 @@ def build_multipath(topology: Topology, kind: Kind, *, root: int = 0,
     require_kind(Kind.parse(kind), {Kind.SENDRECV}, "multipath")
     known = ("peer", "size", "kinds", "max_paths", "max_relays", "max_pieces")
     reject_options(options, "multipath", known)
-    kinds = options.get("kinds", PATH_KINDS)
+    kinds = options.get("kinds", DEFAULT_KINDS)
     if isinstance(kinds, str):
         kinds = tuple(k.strip() for k in kinds.split(","))
     size = options.get("size", DEFAULT_SIZE)

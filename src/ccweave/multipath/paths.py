@@ -20,7 +20,7 @@ from functools import cached_property, lru_cache
 import networkx as nx
 
 from ccweave.errors import InputError
-from ccweave.topology.model import ROUTE_REFERENCE_BYTES, Topology
+from ccweave.topology.model import ROUTE_REFERENCE_BYTES, NodeKind, Topology
 
 MAX_PATHS = 8
 """Candidate paths kept per rank pair by default."""
@@ -47,6 +47,10 @@ class Hop:
     alpha: float
     bandwidth: float
     """Bottleneck bandwidth of the route, bytes/second."""
+    stages: tuple[tuple[tuple[int, ...], float, float], ...] = ()
+    """A pinned route through host memory (CPU nodes) is staged there, store-and-forward
+    (the copy into host memory, then out of it): its (links, alpha, bandwidth) per stage;
+    empty when the route is cut-through, one stage."""
 
 
 @dataclass(frozen=True)
@@ -102,9 +106,20 @@ def hop(topology: Topology, src: int, dst: int, via: tuple[str, ...] | None = No
     links = topology.route_via(src, dst, via)
     if via is not None and links == topology.route(src, dst):
         via = None
+    stages: list[tuple[tuple[int, ...], float, float]] = []
+    if via is not None and any(topology.kind(node) is NodeKind.CPU for node in via):
+        part: list[int] = []
+        for number in links:
+            part.append(number)
+            end = topology.links[number].dst
+            if number == links[-1] or (end in via and topology.kind(end) is NodeKind.CPU):
+                alpha = sum(topology.links[i].alpha for i in part)
+                stages.append((tuple(part), float(alpha + topology.cost.staging_latency),
+                               float(min(topology.links[i].bandwidth for i in part))))
+                part = []
     return Hop(src, dst, None if via is None else tuple(via), links,
                float(sum(topology.links[i].alpha for i in links)),
-               float(min(topology.links[i].bandwidth for i in links)))
+               float(min(topology.links[i].bandwidth for i in links)), tuple(stages))
 
 
 def direct_path(topology: Topology, src: int, dst: int) -> Path | None:

@@ -4,8 +4,9 @@ Each path ``i`` costs ``T_i = D_i + x_i * n * W_i`` for its share ``x_i`` of ``n
 (:func:`path_cost`). Where paths share no link, the shares that make every ``T_i`` equal
 have a closed form (ExaMPI'25, :func:`closed_form`); where they share links, an LP
 minimises the finish time under each shared link's capacity as well (:func:`lp`).
-A relay path pipelines in ``k`` pieces (:func:`pieces`, the ExaMPI rule
-``k ~ sqrt(x n / (a b'))`` generalised to any number of hops).
+A relay path, and a host path staged in host memory, pipelines in ``k`` pieces
+(:func:`pieces`, the ExaMPI rule ``k ~ sqrt(x n / (a b'))`` generalised to any number of
+store-and-forward stages).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from ccweave.errors import SolverError
 from ccweave.multipath.paths import Path
 from ccweave.topology.model import Topology
 
-MAX_PIECES = 16
-"""Pipeline pieces per relay path at most (the paper pipelines the host path in 1-8)."""
+MAX_PIECES = 8
+"""Pipeline pieces per relay or staged path at most (the multipath paper pipelines the
+host path in 1-8)."""
 
 FLOOR = 1e-3
 """A link's capacity counts as at least this fraction of its bandwidth (keeps the LP
@@ -45,11 +47,14 @@ Capacity = Sequence[float] | np.ndarray
 
 
 def _hops(path: Path, capacity: Capacity | None) -> list[tuple[float, float]]:
-    """(alpha, bandwidth) per hop, bandwidth under ``capacity`` when given."""
+    """(alpha, bandwidth) per store-and-forward stage (a hop, or each stage of a hop
+    staged in host memory), bandwidth under ``capacity`` when given."""
+    stages = [stage for hop in path.hops
+              for stage in (hop.stages or ((hop.links, hop.alpha, hop.bandwidth),))]
     if capacity is None:
-        return [(h.alpha, h.bandwidth) for h in path.hops]
-    return [(h.alpha, max(min(capacity[i] for i in h.links), h.bandwidth * FLOOR))
-            for h in path.hops]
+        return [(alpha, bandwidth) for _, alpha, bandwidth in stages]
+    return [(alpha, max(min(capacity[i] for i in links), bandwidth * FLOOR))
+            for links, alpha, bandwidth in stages]
 
 
 def path_cost(path: Path, pieces: int = 1, capacity: Capacity | None = None) -> PathCost:
@@ -71,9 +76,9 @@ def pieces(path: Path, share: float, size_bytes: float, max_pieces: int = MAX_PI
            capacity: Capacity | None = None) -> int:
     """Pipeline pieces that minimise :func:`path_cost`'s time: ``sqrt(x n R / a_*)`` with
     ``R`` the per-byte time of every hop but the slowest (one piece for one hop)."""
-    if len(path.hops) == 1 or share <= 0:
-        return 1
     hops = _hops(path, capacity)
+    if len(hops) == 1 or share <= 0:
+        return 1
     slow_alpha, slow_bw = max(hops, key=lambda h: (1 / h[1], h[0]))
     rest = sum(1 / b for _, b in hops) - 1 / slow_bw
     if slow_alpha <= 0:

@@ -110,10 +110,11 @@ def fit(topology: Topology, loads: Sequence[Workload], hosts: tuple[tuple[int, .
 
     def model_of(x: Sequence[float]) -> CostModel:
         efficiency, host, latency, overhead = (math.exp(v) for v in x)
-        return CostModel(overhead if x[3] > bounds[3][0] + 1e-9 else 0.0,
-                         latency if x[2] > bounds[2][0] + 1e-9 else 0.0,
-                         host if x[1] < unlimited else None, True, min(1.0, efficiency),
-                         source)
+        return CostModel(message_overhead=overhead if x[3] > bounds[3][0] + 1e-9 else 0.0,
+                         message_latency=latency if x[2] > bounds[2][0] + 1e-9 else 0.0,
+                         host_bandwidth=host if x[1] < unlimited else None,
+                         connection_fifo=True, link_efficiency=min(1.0, efficiency),
+                         staging_latency=topology.cost.staging_latency, source=source)
 
     # a coarse grid over the four (the terms trade off against each other: a greedy start
     # lets one absorb what another explains), then least squares from its two best points

@@ -251,10 +251,12 @@ class Executor:
                 for number, (lo, hi) in enumerate(pieces):
                     key, peer, label = (index, number), op.peer, tag + op.transfer
                     if op.kind is OpKind.SEND:
-                        pending[key] = transport.isend(buffer[lo:hi], peer, label, op.channel)
+                        pending[key] = transport.isend(buffer[lo:hi], peer, label, op.channel,
+                                                       op.via)
                         continue
                     if not op.reduce:
-                        pending[key] = transport.irecv(buffer[lo:hi], peer, label, op.channel)
+                        pending[key] = transport.irecv(buffer[lo:hi], peer, label, op.channel,
+                                                       op.via)
                         continue
                     handle = receive_data(buffer[lo:hi], peer, label) if receive_data else None
                     if handle is not None:
@@ -263,7 +265,8 @@ class Executor:
                     if index not in temps:
                         temps[index] = self._temp(dst)
                     staged[key] = temps[index][lo:hi]
-                    pending[key] = transport.irecv(staged[key], peer, label, op.channel)
+                    pending[key] = transport.irecv(staged[key], peer, label, op.channel,
+                                                   op.via)
             if finished == total:
                 break
             order = sorted(pending)

@@ -64,6 +64,8 @@ class Operation:
     reduce: bool
     deps: tuple[int, ...]
     channel: int
+    via: tuple[str, ...] | None = None
+    """The pinned route of the transfer (fabric nodes passed), ``None``: the cheapest."""
 
     @property
     def is_comm(self) -> bool:
@@ -158,8 +160,10 @@ def compile_all(schedule: Schedule, fuse: bool = True) -> tuple[Program, ...]:
         if t.is_local:
             raw[t.src].append(_Raw(OpKind.LOCAL, index, t.src, src, dst, reduce, t.channel))
         else:
-            raw[t.src].append(_Raw(OpKind.SEND, index, t.dst, src, None, False, t.channel))
-            raw[t.dst].append(_Raw(OpKind.RECV, index, t.src, None, dst, reduce, t.channel))
+            raw[t.src].append(_Raw(OpKind.SEND, index, t.dst, src, None, False, t.channel,
+                                   t.via))
+            raw[t.dst].append(_Raw(OpKind.RECV, index, t.src, None, dst, reduce, t.channel,
+                                   t.via))
     transfers = schedule.transfers
     programs = []
     for rank in range(n):
@@ -175,7 +179,8 @@ def compile_all(schedule: Schedule, fuse: bool = True) -> tuple[Program, ...]:
                 where[carried] = number
             deps.discard(number)
             ops.append(Operation(entry.kind, entry.transfer, entry.peer, entry.src, entry.dst,
-                                 entry.reduce, tuple(sorted(deps)), entry.channel))
+                                 entry.reduce, tuple(sorted(deps)), entry.channel,
+                                 entry.via))
         programs.append(Program(rank, schedule, tuple(ops)))
     return tuple(programs)
 
@@ -189,6 +194,7 @@ class _Raw:
     dst: Slot | None
     reduce: bool
     channel: int
+    via: tuple[str, ...] | None = None
 
 
 def _touches(slot: Slot | None, other: Slot) -> bool:
@@ -216,7 +222,7 @@ def _fuse(entries: list[_Raw]) -> tuple[list[_Raw], dict[int, tuple[int, ...]]]:
                 if (other.kind is OpKind.RECV and other.reduce and other.src is None
                         and other.dst == dst):
                     out[j] = _Raw(OpKind.RECV, other.transfer, other.peer, src, dst, True,
-                                  other.channel)
+                                  other.channel, other.via)
                     dropped.add(i)
                     absorbed[other.transfer] = (*absorbed.get(other.transfer, ()),
                                                 copy.transfer)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import ipaddress
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -73,6 +73,37 @@ class Route:
 
 
 @dataclass(frozen=True)
+class Hop:
+    """In ``node``'s namespace, packets for ``address`` leave through ``device`` (whose far
+    end has ``next_mac``)."""
+
+    node: Node
+    address: str
+    device: str
+    next_mac: str
+
+
+@dataclass(frozen=True)
+class PinnedRoute:
+    """A pinned route ``src -> via... -> dst`` made real: a socket bound to
+    ``src_address`` and connected to ``dst_address`` takes exactly its links (``hops``),
+    its acknowledgements the links back (``back``)."""
+
+    src: int
+    dst: int
+    via: tuple[str, ...]
+    src_address: str
+    dst_address: str
+    hops: tuple[Hop, ...]
+    back: tuple[Hop, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        """What a rank's transport reads (``CCWEAVE_ROUTES``)."""
+        return {"src": self.src, "dst": self.dst, "via": list(self.via),
+                "src_address": self.src_address, "dst_address": self.dst_address}
+
+
+@dataclass(frozen=True)
 class Emulation:
     """The network namespaces, veths, shaping and routes that emulate ``topology``.
 
@@ -90,6 +121,10 @@ class Emulation:
     relays: frozenset[int] = frozenset()
     """Ranks that forward packets of pairs the model has no route for (a ring's distant
     ranks: gloo and MPI connect every pair at start-up, schedules never send there)."""
+    pinned: tuple[PinnedRoute, ...] = ()
+    """Routes schedules pin (``Transfer.via``), each with addresses of its own."""
+    max_rate_mbit: float = DEFAULT_MAX_RATE_MBIT
+    """The fastest link the host was asked to shape (what gave :attr:`scale`)."""
 
     @cached_property
     def _node_names(self) -> dict[Node, str]:
@@ -167,8 +202,15 @@ def scale_for(topology: Topology, max_rate_mbit: float = DEFAULT_MAX_RATE_MBIT) 
 
 
 def emulate(topology: Topology, *, max_rate_mbit: float = DEFAULT_MAX_RATE_MBIT,
-            tag: str = "0", subnet: int = 100) -> Emulation:
+            tag: str = "0", subnet: int = 100,
+            pinned: Iterable[tuple[int, int, tuple[str, ...]]] = ()) -> Emulation:
     """Plan the emulation of ``topology`` (see the module docstring).
+
+    ``pinned`` lists the routes ``(src, dst, via)`` schedules pin (multipath stripes):
+    each gets an address at both ends whose packets take exactly those links, so a
+    transport that binds and connects to them sends over that path (a second rail, the
+    host path) instead of the pair's usual one. They are numbered in the order given, so
+    adding routes at the end keeps the earlier ones' addresses.
 
     Raises ``InputError`` when the machine cannot be emulated faithfully: fewer than two
     ranks, too many nodes, or links so much slower than the fastest that, scaled, they
@@ -208,8 +250,38 @@ def emulate(topology: Topology, *, max_rate_mbit: float = DEFAULT_MAX_RATE_MBIT,
         wires[key] = Wire(*ports)
         ends[a, b], ends[b, a] = ports
     routes, relays = _routes(topology, ends)
-    return Emulation(topology, scale, tag, subnet, tuple(wires.values()), routes, relays)
+    made = tuple(_pin(topology, ends, subnet, number, route)
+                 for number, route in enumerate(dict.fromkeys(
+                     (int(s), int(d), tuple(v)) for s, d, v in pinned)))
+    return Emulation(topology, scale, tag, subnet, tuple(wires.values()), routes, relays,
+                     made, max_rate_mbit)
 
+
+def _pin(topology: Topology, ends: dict[tuple[Node, Node], Port], subnet: int,
+         number: int, route: tuple[int, int, tuple[str, ...]]) -> PinnedRoute:
+    """Addresses ``10.<subnet>.128+.x`` for the two ends of pinned route ``number`` and the
+    hops that take its packets along it (and back along the reversed links, or the
+    pair's usual route back where a link has no reverse)."""
+    src, dst, via = route
+    links = [(topology.links[i].src, topology.links[i].dst)
+             for i in topology.route_via(src, dst, tuple(via))]
+    here, there = (_pin_address(subnet, 2 * number + k) for k in (0, 1))
+    back_links = [(b, a) for a, b in reversed(links)]
+    if any(topology.link(a, b) is None for a, b in back_links):
+        back_links = [(topology.links[i].src, topology.links[i].dst)
+                      for i in topology.route(dst, src)]
+
+    def hops(path: list[tuple[Node, Node]], address: str) -> tuple[Hop, ...]:
+        return tuple(Hop(a, address, ends[a, b].device, ends[b, a].mac) for a, b in path)
+
+    return PinnedRoute(src, dst, tuple(via), here, there, hops(links, there),
+                       hops(back_links, here))
+
+
+def _pin_address(subnet: int, number: int) -> str:
+    if number >= 120 * 250:
+        raise InputError("a testbed holds at most 15,000 pinned routes")
+    return f"10.{subnet}.{128 + number // 250}.{number % 250 + 1}"
 
 def _paths(topology: Topology) -> Iterator[tuple[int, int, list[tuple[Node, Node]]]]:
     """(src, dst, links) for every ordered pair: the model's route, or, where the model

@@ -185,6 +185,8 @@ class Testbed:
                 per_ns[ns].append(f"rule add from {emu.address(route.src)}/32 to {dst}/32 "
                                   f"table {table}")
             neighbours.add((ns, dst, route.next_mac, route.device))
+        for ns, lines in self._pin_lines(emu.pinned).items():
+            per_ns[ns] += lines
         for ns, dst, mac, device in sorted(neighbours):
             per_ns[ns].append(f"neigh replace {dst} lladdr {mac} dev {device} nud permanent")
         if self.control:
@@ -198,6 +200,47 @@ class Testbed:
             _batch(["ip", "-n", ns, "-batch", "-"], per_ns[ns])
             if shaping[ns]:
                 _batch(["tc", "-n", ns, "-batch", "-"], shaping[ns])
+
+    def pin(self, routes) -> None:
+        """Make pinned routes ``(src, dst, via)`` real on the standing testbed (those it
+        has keep their addresses); see :func:`~ccweave.testbed.emulation.emulate`."""
+        from ccweave.testbed.emulation import emulate
+
+        emu = self.emulation
+        known = [(r.src, r.dst, r.via) for r in emu.pinned]
+        wanted = [*known, *((s, d, tuple(v)) for s, d, v in routes)]
+        grown = emulate(emu.topology, max_rate_mbit=emu.max_rate_mbit, tag=emu.tag,
+                        subnet=emu.subnet, pinned=wanted)
+        fresh = grown.pinned[len(known):]
+        self.emulation = grown
+        for ns, lines in self._pin_lines(fresh).items():
+            _batch(["ip", "-n", ns, "-batch", "-"], lines)
+
+    def _pin_lines(self, pinned) -> dict[str, list[str]]:
+        """``ip`` lines per namespace: each route's two addresses, its hops and static
+        neighbours."""
+        emu = self.emulation
+        per_ns: dict[str, list[str]] = defaultdict(list)
+        for route in pinned:
+            ends = {route.src: route.src_address, route.dst: route.dst_address}
+            for rank, address in ends.items():
+                device = next(h.device for h in (route.hops if rank == route.src
+                                                 else route.back) if h.node == rank)
+                per_ns[emu.namespace(rank)].append(f"addr add {address}/32 dev {device}")
+            for hop in (*route.hops, *route.back):
+                ns = emu.namespace(hop.node)
+                source = f" src {ends[hop.node]}" if hop.node in ends else ""
+                per_ns[ns] += [f"route replace {hop.address}/32 dev {hop.device}{source}",
+                               f"neigh replace {hop.address} lladdr {hop.next_mac} dev "
+                               f"{hop.device} nud permanent"]
+        return per_ns
+
+    def routes_file(self, folder) -> str:
+        """Write the pinned routes' addresses where ranks' transports read them
+        (``CCWEAVE_ROUTES``); returns the path."""
+        path = Path(folder) / "routes.json"
+        path.write_text(json.dumps([r.to_dict() for r in self.emulation.pinned]))
+        return str(path)
 
     def _control(self, per_ns: dict[str, list[str]]) -> None:
         emu = self.emulation

@@ -13,6 +13,9 @@ plain alpha-beta flow model.
   their network stack (sending and receiving one message counts once), shared max-min by
   every transfer of the host's ranks. CPU transports (gloo and MPI over TCP) spend CPU
   per byte; when ranks outnumber cores this, not the links, is the limit.
+- ``staging_latency``: seconds each copy into or out of host memory costs on a staged
+  route (a pinned route through a CPU node: the multipath host path) beyond its links'
+  ``alpha``: launching the copy and ordering the next stage after it.
 - ``link_efficiency``: the share of each link's bandwidth the runtime's messages get
   (framing, protocol acknowledgements, a CPU that serves the network stack late).
 - ``connection_fifo``: messages between two ranks on one channel travel one after
@@ -44,11 +47,12 @@ class CostModel:
     host_bandwidth: float | None = None
     connection_fifo: bool = False
     link_efficiency: float = 1.0
+    staging_latency: float = 0.0
     source: str = ""
     """How the figures were found (for people)."""
 
     def __post_init__(self) -> None:
-        for name in ("message_overhead", "message_latency"):
+        for name in ("message_overhead", "message_latency", "staging_latency"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise TopologyError(f"cost model: {name.replace('_', ' ')} must be >= 0 "
@@ -65,7 +69,8 @@ class CostModel:
     def is_empty(self) -> bool:
         return (self.message_overhead == 0 and self.message_latency == 0
                 and self.host_bandwidth is None
-                and not self.connection_fifo and self.link_efficiency == 1)
+                and not self.connection_fifo and self.link_efficiency == 1
+                and self.staging_latency == 0)
 
     def to_dict(self) -> dict[str, object]:
         """The file format: ``message_overhead_us``, ``host_GBps``, ``source``."""
@@ -75,13 +80,15 @@ class CostModel:
             data["host_GBps"] = self.host_bandwidth / GB_PER_S
         data["connection_fifo"] = self.connection_fifo
         data["link_efficiency"] = self.link_efficiency
+        if self.staging_latency:
+            data["staging_latency_us"] = self.staging_latency / US
         if self.source:
             data["source"] = self.source
         return data
 
 
 _FIELDS = {"message_overhead_us", "message_latency_us", "host_GBps", "connection_fifo",
-           "link_efficiency", "source"}
+           "link_efficiency", "staging_latency_us", "source"}
 
 
 def from_dict(data: object, where: str) -> CostModel:
@@ -95,9 +102,10 @@ def from_dict(data: object, where: str) -> CostModel:
                             f" {sorted(_FIELDS)}")
     overhead = data.get("message_overhead_us", 0.0)
     latency = data.get("message_latency_us", 0.0)
+    staging = data.get("staging_latency_us", 0.0)
     host = data.get("host_GBps")
     for name, value in (("message_overhead_us", overhead), ("message_latency_us", latency),
-                        ("host_GBps", host)):
+                        ("staging_latency_us", staging), ("host_GBps", host)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or not math.isfinite(value) or value < 0
                                   or (name == "host_GBps" and value == 0)):
@@ -112,6 +120,6 @@ def from_dict(data: object, where: str) -> CostModel:
     try:
         return CostModel(float(overhead) * US, float(latency) * US,
                          None if host is None else float(host) * GB_PER_S, fifo,
-                         float(efficiency), str(data.get("source", "")))
+                         float(efficiency), float(staging) * US, str(data.get("source", "")))
     except TopologyError as error:
         raise TopologyError(f"{where}: {error}") from None

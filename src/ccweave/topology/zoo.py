@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ccweave.errors import TopologyError
+from ccweave.topology.cost import CostModel
 from ccweave.topology.model import Link, NodeKind, Topology
 from ccweave.units import GB_PER_S, US
 
@@ -27,6 +28,12 @@ PCIE5_GBPS = 64.0  # PCIe 5.0 x16 (DGX H100 GPU <-> NIC)
 PCIE_ALPHA_US = 0.5
 CPU_LINK_ALPHA_US = 0.5
 NIC_ALPHA_US = 0.8  # NIC <-> switch; GPU-NIC-net-NIC-GPU totals 2.6 us, TACCL's IB alpha
+STAGING_US = 10.0
+"""Each copy into or out of host memory on a staged (host) path: launching an
+asynchronous CUDA copy and ordering the next stage after it, a few microseconds of API
+calls each (assumed; the multipath paper's per-chunk overhead term)."""
+GPU_SERVER_COST = CostModel(staging_latency=STAGING_US * US,
+                            source="staging latency assumed (CUDA copy launch and event)")
 GENERIC_GBPS = 50 * 2**30 / 1e9  # TACOS: 50 GiB/s
 GENERIC_ALPHA_US = 0.5
 
@@ -200,7 +207,8 @@ def server(name: str, nodes: int = 1) -> Topology:
         links = [lk for lk in parts.links if lk.src not in parts.nics and lk.dst not in parts.nics]
         return Topology(title, parts.gpus, tuple(links), fabric,
                         {"node": (tuple(range(parts.gpus)),),
-                         "socket": tuple(tuple(s) for s in parts.sockets)}, source=parts.source)
+                         "socket": tuple(tuple(s) for s in parts.sockets)}, source=parts.source,
+                        cost=GPU_SERVER_COST)
     links, fabric = [], {"net": NodeKind.SWITCH}
     for node in range(nodes):
         base = node * parts.gpus
@@ -218,7 +226,8 @@ def server(name: str, nodes: int = 1) -> Topology:
               "socket": tuple(tuple(r + n * g for r in s) for n in range(nodes)
                               for s in parts.sockets)}
     return Topology(title, nodes * g, tuple(links), fabric, groups,
-                    source=parts.source + f"; {nodes} nodes on one non-blocking switch")
+                    source=parts.source + f"; {nodes} nodes on one non-blocking switch",
+                    cost=GPU_SERVER_COST)
 
 
 # --- generic shapes ---------------------------------------------------------------------

@@ -37,12 +37,17 @@ class Transport(abc.ABC):
         self.device = device
 
     @abc.abstractmethod
-    def isend(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0) -> object:
-        """Start sending a contiguous tensor on ``channel``; returns a handle."""
+    def isend(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0,
+              route: tuple[str, ...] | None = None) -> object:
+        """Start sending a contiguous tensor on ``channel``, along ``route`` (the fabric
+        nodes a pinned route passes; ``None``: the pair's usual path) where the transport
+        can choose; returns a handle."""
 
     @abc.abstractmethod
-    def irecv(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0) -> object:
-        """Start receiving into a contiguous tensor on ``channel``; returns a handle."""
+    def irecv(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0,
+              route: tuple[str, ...] | None = None) -> object:
+        """Start receiving into a contiguous tensor on ``channel`` (and ``route``, as the
+        sender's); returns a handle."""
 
     def open_channels(self, count: int) -> None:
         """Make ``count`` channels usable (every rank calls it with the same count). A

@@ -63,13 +63,15 @@ class LocalTransport(Transport):
         super().__init__(rank, fabric.world_size, torch.device("cpu"))
         self.fabric = fabric
 
-    def isend(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0) -> object:
+    def isend(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0,
+              route: tuple[str, ...] | None = None) -> object:
         with self.fabric.condition:
             self.fabric.mail[(self.rank, peer, tag)].append(tensor.clone())
             self.fabric.condition.notify_all()
         return _Send(peer)
 
-    def irecv(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0) -> object:
+    def irecv(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0,
+              route: tuple[str, ...] | None = None) -> object:
         return _Recv(tensor, (peer, self.rank, tag), peer)
 
     def _poll(self, handles: Sequence[object]) -> list[int]:

@@ -40,11 +40,13 @@ class MPITransport(Transport):
             return [tensor.view(torch.uint8).numpy(), self.MPI.BYTE]
         return [tensor, self.MPI.BYTE]
 
-    def isend(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0) -> object:
+    def isend(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0,
+              route: tuple[str, ...] | None = None) -> object:
         buffer = self._buffer(tensor)
         return (self.comm.Isend(buffer, dest=peer, tag=tag), buffer)
 
-    def irecv(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0) -> object:
+    def irecv(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0,
+              route: tuple[str, ...] | None = None) -> object:
         buffer = self._buffer(tensor)
         return (self.comm.Irecv(buffer, source=peer, tag=tag), buffer)
 

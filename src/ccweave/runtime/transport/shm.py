@@ -155,9 +155,10 @@ class ShmTransport(Transport):
 
     # ---------------------------------------------------------- messages
 
-    def isend(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0) -> object:
+    def isend(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0,
+              route: tuple[str, ...] | None = None) -> object:
         if not self._uses_shm(tensor, peer):
-            return self.inner.isend(tensor, peer, tag, channel)
+            return self.inner.isend(tensor, peer, tag, channel, route)
         nbytes = tensor.numel() * tensor.element_size()
         if self.used + nbytes > self.capacity:  # begin() was not told: grow, keep going
             self._reap(3600.0)
@@ -174,9 +175,10 @@ class ShmTransport(Transport):
         self._outstanding.append(send)
         return send
 
-    def irecv(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0) -> object:
+    def irecv(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0,
+              route: tuple[str, ...] | None = None) -> object:
         if not self._uses_shm(tensor, peer):
-            return self.inner.irecv(tensor, peer, tag, channel)
+            return self.inner.irecv(tensor, peer, tag, channel, route)
         header = torch.zeros(_HEADER, dtype=torch.int64)
         return _Recv(peer, tag, header, self.inner.irecv(header, peer, tag), tensor)
 

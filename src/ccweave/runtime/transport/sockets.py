@@ -9,12 +9,17 @@ one connection per peer. Here one thread drives every connection with ``epoll``
 (``selectors``): a message completes when its bytes are in the kernel (send) or in the
 buffer (receive), whichever connection it is on, and the executor hears of it at once.
 
-A connection is opened per (peer, channel) on first use: messages on one channel go in
-order, those on different channels travel side by side, as NCCL's channels do (and as
-the simulator's cost model assumes). Each message is a 16-byte header (tag, length) and
-its bytes; a message that arrives before its receive is posted is kept aside (as MPI's
-unexpected messages) and copied when the receive comes, so no receive order can block a
-connection.
+A connection is opened per (peer, channel, route) on first use: messages on one channel
+go in order, those on different channels travel side by side, as NCCL's channels do (and
+as the simulator's cost model assumes). A transfer pinned to a route (``Transfer.via``: a
+multipath stripe on a second rail or the host path) gets a connection of its own, bound
+and connected to the addresses of that route where the job knows them (the testbed
+lists them in the file ``CCWEAVE_ROUTES`` names), so it takes those links; elsewhere it
+takes the pair's usual path, beside the other connections.
+
+Each message is a 16-byte header (tag, length) and its bytes; a message that arrives
+before its receive is posted is kept aside (as MPI's unexpected messages) and copied
+when the receive comes, so no receive order can block a connection.
 """
 
 from __future__ import annotations
@@ -26,13 +31,18 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
 from ccweave.runtime.transport.base import PeerFailure, Transport
 
 _HEADER = struct.Struct("<qq")  # tag, length in bytes
-_HELLO = struct.Struct("<qq")  # rank, channel: the first bytes a connecting rank sends
+_HELLO = struct.Struct("<qqq")  # rank, channel, route name length: what a connecting rank
+# sends first, then the route's name (its fabric nodes joined by "/")
+ROUTES_ENV = "CCWEAVE_ROUTES"
+"""A JSON file of pinned routes' addresses (``ccweave.testbed`` writes it)."""
+Route = tuple[str, ...] | None
 MAX_CHANNELS = 64
 """Connections per peer at most; higher channels share them (channel modulo this)."""
 BUFFER_BYTES = 4 << 20
@@ -55,12 +65,13 @@ class _Message:
 
 
 class _Lane:
-    """The connection to one peer on one channel: messages to send in order, receives
-    posted and messages that came first, both by tag, and the message being read."""
+    """The connection to one peer on one channel and route: messages to send in order,
+    receives posted and messages that came first, both by tag, the message being read."""
 
-    def __init__(self, peer: int, channel: int) -> None:
+    def __init__(self, peer: int, channel: int, route: Route) -> None:
         self.peer = peer
         self.channel = channel
+        self.route = route
         self.sock: socket.socket | None = None
         self.sending: collections.deque[tuple[memoryview, _Message, bool]] = \
             collections.deque()  # (bytes left, message, whether they end it)
@@ -91,39 +102,53 @@ class SocketTransport(Transport):
     gather: returns every rank's object (``all_gather_object`` over the group), used once
         to learn where each rank listens.
     address: the local address to listen on (the one the rank's traffic leaves from).
+    routes: pinned routes' addresses, ``(src, dst, via) -> (src address, dst address)``
+        (then the rank listens on all its addresses, to take connections on them).
     """
 
-    def __init__(self, inner: Transport, gather: Callable[[object], list],
-                 address: str) -> None:
+    def __init__(self, inner: Transport, gather: Callable[[object], list], address: str,
+                 routes: dict[tuple[int, int, tuple[str, ...]], tuple[str, str]] | None = None
+                 ) -> None:
         super().__init__(inner.rank, inner.world_size, inner.device)
         self.inner = inner
         self.name = inner.name
+        self.routes = routes or {}
         self.selector = selectors.DefaultSelector()
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind((address, 0))
+        self.listener.bind(("0.0.0.0" if self.routes else address, 0))
         self.listener.listen(max(16, 4 * inner.world_size))
         self.listener.setblocking(False)
         self.selector.register(self.listener, selectors.EVENT_READ, None)
-        self.addresses: list[tuple[str, int]] = [tuple(a) for a in gather(
-            self.listener.getsockname()[:2])]
-        self.lanes: dict[tuple[int, int], _Lane] = {}
+        port = self.listener.getsockname()[1]
+        self.addresses: list[tuple[str, int]] = [tuple(a) for a in gather((address, port))]
+        self.lanes: dict[tuple[int, int, Route], _Lane] = {}
         self._greeting: dict[socket.socket, bytearray] = {}
 
     # ---------------------------------------------------------- connections
 
-    def _lane(self, peer: int, channel: int) -> _Lane:
-        key = (peer, channel % MAX_CHANNELS)
+    def _lane(self, peer: int, channel: int, route: Route = None, sending: bool = True
+              ) -> _Lane:
+        key = (peer, channel % MAX_CHANNELS, tuple(route) if route is not None else None)
         lane = self.lanes.get(key)
         if lane is None:
-            lane = self.lanes[key] = _Lane(peer, key[1])
-            if self.rank < peer:  # the lower rank connects, the higher accepts
+            lane = self.lanes[key] = _Lane(*key)
+            # the lower rank connects on the usual path; a pinned route's sender does
+            if (self.rank < peer) if route is None else sending:
                 self._connect(lane)
         return lane
 
     def _connect(self, lane: _Lane) -> None:
-        sock = socket.create_connection(self.addresses[lane.peer], timeout=60.0)
-        sock.sendall(_HELLO.pack(self.rank, lane.channel))
+        host, port = self.addresses[lane.peer]
+        local = None
+        if lane.route is not None:
+            pinned = self.routes.get((self.rank, lane.peer, lane.route))
+            if pinned is not None:
+                local, host = (pinned[0], 0), pinned[1]
+        sock = socket.create_connection((host, port), timeout=60.0, source_address=local)
+        name = "/".join(lane.route).encode() if lane.route is not None else b""
+        sock.sendall(_HELLO.pack(self.rank, lane.channel, len(name) if lane.route is not None
+                                 else -1) + name)
         self._attach(lane, sock)
 
     def _attach(self, lane: _Lane, sock: socket.socket) -> None:
@@ -148,10 +173,13 @@ class SocketTransport(Transport):
             self.selector.register(sock, selectors.EVENT_READ, "hello")
 
     def _greet(self, sock: socket.socket) -> None:
-        """Read a connecting rank's (rank, channel) and give the socket its lane."""
+        """Read a connecting rank's (rank, channel, route) and give the socket its lane."""
         got = self._greeting[sock]
+        need = _HELLO.size
+        if len(got) >= _HELLO.size:
+            need += max(0, _HELLO.unpack(got[:_HELLO.size])[2])
         try:
-            chunk = sock.recv(_HELLO.size - len(got))
+            chunk = sock.recv(need - len(got))
         except BlockingIOError:
             return
         if not chunk:
@@ -160,21 +188,27 @@ class SocketTransport(Transport):
             sock.close()
             return
         got += chunk
-        if len(got) < _HELLO.size:
+        rank, channel, length = _HELLO.unpack(got[:_HELLO.size]) \
+            if len(got) >= _HELLO.size else (0, 0, 0)
+        if len(got) < _HELLO.size + max(0, length):
             return
-        rank, channel = _HELLO.unpack(got)
+        route = tuple(got[_HELLO.size:].decode().split("/")) if length >= 0 else None
+        if route == ("",):
+            route = ()
         del self._greeting[sock]
         self.selector.unregister(sock)
-        lane = self.lanes.get((rank, channel))
+        key = (rank, channel, route)
+        lane = self.lanes.get(key)
         if lane is None:
-            lane = self.lanes[rank, channel] = _Lane(rank, channel)
+            lane = self.lanes[key] = _Lane(*key)
         self._attach(lane, sock)
         self._pump(lane)
 
     # ---------------------------------------------------------- messages
 
-    def isend(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0) -> object:
-        lane = self._lane(peer, channel)
+    def isend(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0,
+              route: tuple[str, ...] | None = None) -> object:
+        lane = self._lane(peer, channel, route, sending=True)
         view = _bytes(tensor)
         message = _Message(lane, tag, view)
         if lane.error:
@@ -188,8 +222,9 @@ class SocketTransport(Transport):
                 self.selector.modify(lane.sock, self._events(lane), lane)
         return message
 
-    def irecv(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0) -> object:
-        lane = self._lane(peer, channel)
+    def irecv(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0,
+              route: tuple[str, ...] | None = None) -> object:
+        lane = self._lane(peer, channel, route, sending=False)
         message = _Message(lane, tag, _bytes(tensor))
         early = lane.early.get(tag)
         if early:
@@ -376,7 +411,8 @@ class SocketTransport(Transport):
 def with_sockets(inner: Transport, address: str, group: object | None = None) -> Transport:
     """``inner`` (a gloo transport) with its messages on ccweave's own connections, unless
     ``CCWEAVE_SOCKETS=0`` (then gloo's send and receive carry them); every rank of the
-    group must call it."""
+    group must call it. Pinned routes' addresses come from the file ``CCWEAVE_ROUTES``
+    names, if any."""
     import os
 
     if os.environ.get("CCWEAVE_SOCKETS", "1") == "0" or inner.device.type != "cpu":
@@ -388,7 +424,25 @@ def with_sockets(inner: Transport, address: str, group: object | None = None) ->
         dist.all_gather_object(out, obj, group=group)
         return out
 
-    return SocketTransport(inner, gather, address)
+    return SocketTransport(inner, gather, address, read_routes(os.environ.get(ROUTES_ENV)))
+
+
+def read_routes(path: str | None) -> dict[tuple[int, int, tuple[str, ...]], tuple[str, str]]:
+    """Pinned routes' addresses from a JSON file (a list of objects with ``src``, ``dst``,
+    ``via``, ``src_address``, ``dst_address``); none without a file."""
+    if not path:
+        return {}
+    import json
+
+    from ccweave.errors import InputError
+
+    try:
+        items = json.loads(Path(path).read_text())
+        return {(int(r["src"]), int(r["dst"]), tuple(r["via"])):
+                (str(r["src_address"]), str(r["dst_address"])) for r in items}
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise InputError(f"{ROUTES_ENV}={path}: not a list of pinned routes "
+                         f"({type(error).__name__}: {error})") from None
 
 
 def local_address(peer_address: str) -> str:

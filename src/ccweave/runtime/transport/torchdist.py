@@ -55,10 +55,12 @@ class TorchTransport(Transport):
         self._global = [dist.get_global_rank(self.group, r) if group is not None else r
                         for r in range(self.world_size)]
 
-    def isend(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0) -> object:
+    def isend(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0,
+              route: tuple[str, ...] | None = None) -> object:
         return dist.isend(tensor, self._global[peer], group=self.group, tag=tag)
 
-    def irecv(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0) -> object:
+    def irecv(self, tensor: torch.Tensor, peer: int, tag: int, channel: int = 0,
+              route: tuple[str, ...] | None = None) -> object:
         return dist.irecv(tensor, self._global[peer], group=self.group, tag=tag)
 
     def wait_some(self, handles: Sequence[object], timeout: float) -> list[int]:
