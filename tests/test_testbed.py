@@ -217,3 +217,70 @@ def test_testbed_commands_say_why_when_the_host_cannot_build_one(monkeypatch):
                            "'up', 'ring:4']))"], capture_output=True, text=True)
     assert done.returncode == 2
     assert "root" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_pinned_route_has_addresses_whose_packets_take_its_links():
+    topology = topology_io.load("examples/topologies/two-rails.json")
+    plain = emulate(topology)
+    emulation = emulate(topology, pinned=[(0, 1, ("rail1",)), (1, 0, ("rail0",))])
+    assert plain.routes == emulation.routes  # the usual paths stay as they were
+    there, back = emulation.pinned
+    assert [hop.node for hop in there.hops] == [0, "rail1"]
+    assert [hop.node for hop in there.back] == [1, "rail1"]
+    assert [hop.node for hop in back.hops] == [1, "rail0"]
+    addresses = {there.src_address, there.dst_address, back.src_address, back.dst_address}
+    assert len(addresses) == 4 and not addresses & {emulation.address(r) for r in (0, 1)}
+    again = emulate(topology, pinned=[(0, 1, ("rail1",)), (1, 0, ("rail0",)),
+                                      (0, 1, ("rail0",))])
+    assert again.pinned[:2] == emulation.pinned  # more routes keep the earlier addresses
+
+
+@needs_netns
+def test_a_striped_message_crosses_both_rails(tmp_path):
+    """Multipath over two rails: each rail's token bucket carries about half the bytes."""
+    pytest.importorskip("torch")
+    from ccweave.compare import build_verified
+    from ccweave.runtime.batch import Case, save
+    from ccweave.runtime.transport.sockets import ROUTES_ENV
+
+    topology = topology_io.load("examples/topologies/two-rails.json")
+    size = 4 << 20
+    schedule = build_verified(topology, "sendrecv", "multipath", size=size)
+    pinned = {(t.src, t.dst, t.via) for t in schedule.transfers if t.via is not None}
+    assert pinned  # one of the rails is not the pair's usual route
+    emulation = emulate(topology, max_rate_mbit=800, tag="tst4", subnet=205)
+    save([Case("striped", schedule, (size,), modes=(False,))], tmp_path / "cases.json")
+    with Testbed(emulation) as bed:
+        bed.pin(sorted(pinned, key=str))
+        run_ranks(bed, [str(tmp_path / "cases.json"), str(tmp_path / "out.json")],
+                  module="ccweave.runtime.batch", timeout=120,
+                  env={ROUTES_ENV: bed.routes_file(tmp_path)})
+        sent = {}
+        for device in bed.emulation.devices(0):
+            shown = subprocess.run(["tc", "-s", "-n", bed.emulation.namespace(0), "qdisc",
+                                    "show", "dev", device], capture_output=True,
+                                   text=True).stdout
+            sent[device] = int(shown.split("Sent ")[1].split()[0])
+    result = json.loads((tmp_path / "out.json").read_text())[0]
+    assert result["out_of_place"]["wrong"] == 0
+    assert len(sent) == 2 and min(sent.values()) > 0.4 * size  # both rails carried half
+
+
+@needs_netns
+def test_bench_measures_schedules_and_gloo_beside_the_prediction(tmp_path):
+    pytest.importorskip("torch")
+    path = tmp_path / "three.json"
+    path.write_text(json.dumps({"name": "three", "ranks": 3, "fabric": {"sw": "switch"},
+                                "links": [{"src": r, "dst": "sw", "bw_GBps": 0.05,
+                                           "duplex": True} for r in range(3)]}))
+    done = subprocess.run(
+        [sys.executable, "-m", "ccweave.cli", "bench", str(path), "allreduce", "--sizes",
+         "256KB", "--strategies", "ring,auto", "--baselines", "gloo", "--no-calibrate",
+         "--reps", "1", "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    rows = {row["algorithm"]: row for row in report["rows"]}
+    assert set(rows) == {"ring", "auto", "gloo all_reduce"}
+    assert all(row["wrong"] == 0 and row["measured_s"] > 0 for row in rows.values())
+    assert rows["ring"]["predicted_s"] > 0 and rows["gloo all_reduce"]["predicted_s"] is None
+    assert report["testbed"] == "netns" and report["load_average"]["cores"] >= 1

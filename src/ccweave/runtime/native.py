@@ -42,7 +42,9 @@ def native_call(transport: Transport, collective: Collective, op: RedOp = RedOp.
     if kind not in NATIVE_KINDS:
         raise InputError(f"no native {kind.value} to compare with; use one of "
                          f"{', '.join(sorted(k.value for k in NATIVE_KINDS))}")
-    inner = getattr(transport, "inner", transport)
+    inner = transport
+    while hasattr(inner, "inner"):  # the process group under shared memory and sockets
+        inner = inner.inner
     if inner.name == "mpi":
         return _mpi_call(inner, collective, op)
     return _torch_call(inner, collective, op)

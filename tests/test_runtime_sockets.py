@@ -1,0 +1,134 @@
+"""ccweave's own TCP connections (runtime/transport/sockets.py), ranks as threads on
+loopback: every classic schedule runs right over them, a message that arrives before its
+receive is kept, channels and pinned routes get connections of their own, and a peer
+that goes away is named."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ccweave.runtime.batch import classic_schedules  # noqa: E402
+from ccweave.runtime.measure import Options, measure  # noqa: E402
+from ccweave.runtime.transport.base import PeerFailure  # noqa: E402
+from ccweave.runtime.transport.local import run_threads  # noqa: E402
+from ccweave.runtime.transport.sockets import SocketTransport, read_routes  # noqa: E402
+from ccweave.topology.io import load  # noqa: E402
+
+
+def over_sockets(world: int, work, routes=None):
+    """Run ``work(transport)`` on ``world`` thread ranks, each a SocketTransport on
+    loopback over the in-process fabric (which keeps barriers and sums)."""
+    slots: list[object] = [None] * world
+    met = threading.Barrier(world)
+
+    def wrapped(inner):
+        def gather(obj):
+            slots[inner.rank] = obj
+            met.wait()
+            out = list(slots)
+            met.wait()
+            return out
+
+        transport = SocketTransport(inner, gather, "127.0.0.1", routes)
+        try:
+            return work(transport)
+        finally:
+            transport.barrier()
+            transport.close()
+
+    return run_threads(world, wrapped)
+
+
+@pytest.mark.parametrize("kind", ["allreduce", "allgather", "reducescatter", "alltoall",
+                                  "broadcast"])
+def test_every_classic_schedule_runs_right_over_the_sockets(kind):
+    topology = load("switch:4")
+    for strategy, schedule in classic_schedules(topology, [kind]):
+        rows = over_sockets(4, lambda t, s=schedule: measure(
+            s, t, [4096, 1 << 18], Options(iters=1, warmup=0)))
+        for row in rows[0]:
+            assert row.out_of_place.wrong == 0, (strategy, row)
+            assert row.in_place.skipped or row.in_place.wrong == 0, (strategy, row)
+
+
+def test_a_message_that_comes_before_its_receive_is_kept():
+    def work(transport):
+        data = torch.arange(1000, dtype=torch.float32)
+        if transport.rank == 0:
+            sends = [transport.isend(data * k, 1, tag=k) for k in range(3)]
+            transport.wait_some(sends, 10.0)
+            return None
+        time.sleep(0.3)  # everything has arrived before anything is posted
+        got = []
+        for k in (2, 0, 1):  # and it is posted in another order
+            out = torch.empty(1000)
+            handle = transport.irecv(out, 0, tag=k)
+            while not transport.wait_some([handle], 10.0):
+                pass
+            got.append((k, out))
+        return got
+
+    _, got = over_sockets(2, work)
+    for k, out in got:
+        assert torch.equal(out, torch.arange(1000, dtype=torch.float32) * k)
+
+
+def test_channels_and_pinned_routes_each_get_a_connection():
+    routes = {(0, 1, ("rail1",)): ("127.0.0.1", "127.0.0.1")}
+
+    def work(transport):
+        data = torch.ones(64)
+        if transport.rank == 0:
+            handles = [transport.isend(data, 1, 7, channel=c, route=r)
+                       for c, r in ((0, None), (1, None), (0, ("rail1",)), (0, ()))]
+        else:
+            handles = [transport.irecv(torch.empty(64), 0, 7, channel=c, route=r)
+                       for c, r in ((0, None), (1, None), (0, ("rail1",)), (0, ()))]
+        left = list(range(len(handles)))
+        while left:
+            done = transport.wait_some([handles[i] for i in left], 10.0)
+            left = [i for n, i in enumerate(left) if n not in done]
+        return set(transport.lanes)
+
+    lanes0, lanes1 = over_sockets(2, work, routes)
+    assert lanes0 == {(1, 0, None), (1, 1, None), (1, 0, ("rail1",)), (1, 0, ())}
+    assert lanes1 == {(0, 0, None), (0, 1, None), (0, 0, ("rail1",)), (0, 0, ())}
+
+
+def test_a_peer_that_goes_away_is_named():
+    def work(transport):
+        if transport.rank == 1:
+            handle = transport.irecv(torch.empty(4), 0, 1)  # rank 0 connects to it
+            transport.wait_some([handle], 10.0)
+            transport.barrier()
+            for lane in transport.lanes.values():
+                if lane.sock is not None:
+                    lane.sock.close()
+            transport.barrier()
+            return None
+        handle = transport.isend(torch.ones(4), 1, 1)
+        transport.wait_some([handle], 10.0)
+        transport.barrier()
+        transport.barrier()
+        stuck = transport.irecv(torch.empty(4), 1, 2)
+        with pytest.raises(PeerFailure) as failure:
+            transport.wait_some([stuck], 10.0)
+        return failure.value
+
+    failure, _ = over_sockets(2, work)
+    assert failure.peer == 1 and "rank 1" in failure.detail
+
+
+def test_a_bad_routes_file_is_refused_naming_it(tmp_path):
+    from ccweave.errors import InputError
+
+    path = tmp_path / "routes.json"
+    path.write_text('[{"src": 0}]')
+    with pytest.raises(InputError, match=r"routes\.json"):
+        read_routes(str(path))
+    assert read_routes(None) == {}
