@@ -62,8 +62,8 @@ def hook_plan(world: int, strategy: str, topology: str | None):
     from ccweave.topology.io import load
 
     topo = load(topology or f"switch:{world}")
-    if strategy == "auto":
-        return best_plan(topo, "allreduce")
+    if strategy == "auto":  # gradient buckets are at most 25 MB
+        return best_plan(topo, "allreduce", sizes=[2**k for k in range(10, 26)])
     return Plan.single(build_verified(topo, "allreduce", strategy))
 
 
@@ -96,7 +96,9 @@ def worker(rank: int, world: int, port: int | None, steps: int, strategy: str,
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    plan = hook_plan(world, strategy, topology)
+    shared = [hook_plan(world, strategy, topology) if rank == 0 else None]
+    dist.broadcast_object_list(shared, src=0)  # one rank plans, every rank runs it
+    plan = shared[0]
     stock, stock_times = train(rank, world, steps, plan, False, width)
     ccweave, ccweave_times = train(rank, world, steps, plan, True, width)
     code = 0

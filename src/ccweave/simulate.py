@@ -354,18 +354,22 @@ def _run(plan: _Plan) -> tuple[list[float], list[float], list[float], list[int],
     stage_holder = [-1] * plan.num_stage_lines
     stage_queue: list[deque[int]] = [deque() for _ in range(plan.num_stage_lines)]
 
+    # the hot paths below queue starts inline; these helpers serve the rarer events
+    def start_at(when: float, index: int) -> None:
+        bucket = starts.get(when)
+        if bucket is None:
+            starts[when] = [index]
+            heappush(times, when)
+        else:
+            bucket.append(index)
+
     def release_stage(index: int, now: float) -> None:
         """The stage ``index`` was on is free: the next piece waiting for it starts."""
         line = stage_line[index] + next_stage[index]
         stage_holder[line] = -1
         if stage_queue[line]:
-            follower = stage_queue[line].popleft()
-            bucket = starts.get(now)
-            if bucket is None:
-                starts[now] = [follower]
-                heappush(times, now)
-            else:
-                bucket.append(follower)
+            start_at(now, stage_queue[line].popleft())
+
     fifo, conn_of = plan.fifo, plan.conn_of
     holder = [-1] * plan.num_conns  # the transfer streaming on each connection
     queued: list[deque[int]] = [deque() for _ in range(plan.num_conns)]
@@ -407,40 +411,28 @@ def _run(plan: _Plan) -> tuple[list[float], list[float], list[float], list[int],
                     if predicted[index] != now:
                         continue  # stale: its rate changed after this event was queued
                     predicted[index] = -1.0
-                    if stages and index in stages and next_stage[index] < len(stages[index]):
-                        for link in route[index]:  # a stage done: the next one starts
-                            others = flows[link]
-                            others.discard(index)
-                            if others:
-                                dirty.add(link)
-                            else:
-                                busy[link] += now - busy_since[link]
-                        release_stage(index, now)
-                        stage = stages[index][next_stage[index]]
-                        next_stage[index] += 1
-                        route[index], solo_rate[index] = stage[0], stage[2]
-                        when = now + stage[1]
-                        bucket = starts.get(when)
-                        if bucket is None:
-                            starts[when] = [index]
-                            heappush(times, when)
-                        else:
-                            bucket.append(index)
-                        continue
                     if stages and index in stages:
+                        if next_stage[index] < len(stages[index]):  # the next stage starts
+                            for link in route[index]:
+                                others = flows[link]
+                                others.discard(index)
+                                if others:
+                                    dirty.add(link)
+                                else:
+                                    busy[link] += now - busy_since[link]
+                            release_stage(index, now)
+                            stage = stages[index][next_stage[index]]
+                            next_stage[index] += 1
+                            route[index], solo_rate[index] = stage[0], stage[2]
+                            start_at(now + stage[1], index)
+                            continue
                         release_stage(index, now)
                     finish[index] = now
                     if fifo:  # the connection's next message streams now
                         line = conn_of[index]
                         waiting = queued[line] if line >= 0 else None
                         if waiting:
-                            follower = waiting.popleft()
-                            bucket = starts.get(now)
-                            if bucket is None:
-                                starts[now] = [follower]
-                                heappush(times, now)
-                            else:
-                                bucket.append(follower)
+                            start_at(now, waiting.popleft())
                         if line >= 0:
                             holder[line] = -1
                     for link in route[index]:

@@ -89,3 +89,34 @@ class Transport(abc.ABC):
     def close(self) -> None:
         """Release what the transport holds (nothing, unless a transport says otherwise)."""
         return None
+
+
+class Layered(Transport):
+    """A transport that carries some messages its own way and leaves the rest of the job
+    (barriers, sums, fault notes, channels) to the ``inner`` one it wraps."""
+
+    def __init__(self, inner: Transport) -> None:
+        super().__init__(inner.rank, inner.world_size, inner.device)
+        self.inner = inner
+        self.name = inner.name
+
+    def open_channels(self, count: int) -> None:
+        self.inner.open_channels(count)
+
+    def order_after(self, handle: object) -> None:
+        self.inner.order_after(handle)
+
+    def barrier(self) -> None:
+        self.inner.barrier()
+
+    def sum_values(self, values: Sequence[float]) -> list[float]:
+        return self.inner.sum_values(values)
+
+    def explain_loss(self, peer: int) -> str:
+        return self.inner.explain_loss(peer)
+
+    def report_loss(self, peer: int) -> None:
+        self.inner.report_loss(peer)
+
+    def close(self) -> None:
+        self.inner.close()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ccweave.runtime.transport.base import PeerFailure, Transport
+from ccweave.runtime.transport.base import Layered, PeerFailure, Transport
 
 MIN_BYTES = int(os.environ.get("CCWEAVE_SHM_MIN_BYTES", 256 << 10))
 """Messages at least this large go through shared memory (env CCWEAVE_SHM_MIN_BYTES)."""
@@ -62,16 +62,14 @@ class _Mapping:
         self.bytes = torch.frombuffer(self.map, dtype=torch.uint8)
 
 
-class ShmTransport(Transport):
+class ShmTransport(Layered):
     """``inner`` plus a shared-memory path to the ``local`` peers (same host)."""
 
     zero_copy = True
 
     def __init__(self, inner: Transport, local: set[int], min_bytes: int = MIN_BYTES) -> None:
-        super().__init__(inner.rank, inner.world_size, inner.device)
-        self.inner = inner
+        super().__init__(inner)
         self.min_bytes = min_bytes
-        self.name = inner.name
         self.local = local
         self.generation = 0
         self.capacity = 0
@@ -230,24 +228,6 @@ class ShmTransport(Transport):
         return done
 
     # ---------------------------------------------------------- the rest
-
-    def open_channels(self, count: int) -> None:
-        self.inner.open_channels(count)
-
-    def order_after(self, handle: object) -> None:
-        self.inner.order_after(handle)
-
-    def barrier(self) -> None:
-        self.inner.barrier()
-
-    def sum_values(self, values: Sequence[float]) -> list[float]:
-        return self.inner.sum_values(values)
-
-    def explain_loss(self, peer: int) -> str:
-        return self.inner.explain_loss(peer)
-
-    def report_loss(self, peer: int) -> None:
-        self.inner.report_loss(peer)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

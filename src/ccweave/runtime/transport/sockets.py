@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from ccweave.runtime.transport.base import PeerFailure, Transport
+from ccweave.runtime.transport.base import Layered, PeerFailure, Transport
 
 _HEADER = struct.Struct("<qq")  # tag, length in bytes
 _HELLO = struct.Struct("<qqq")  # rank, channel, route name length: what a connecting rank
@@ -93,7 +93,7 @@ def _bytes(tensor: torch.Tensor) -> memoryview:
     return memoryview(tensor.reshape(-1).view(torch.uint8).numpy()).cast("B")
 
 
-class SocketTransport(Transport):
+class SocketTransport(Layered):
     """``inner``'s ranks joined by TCP connections of their own for messages.
 
     Parameters
@@ -109,9 +109,7 @@ class SocketTransport(Transport):
     def __init__(self, inner: Transport, gather: Callable[[object], list], address: str,
                  routes: dict[tuple[int, int, tuple[str, ...]], tuple[str, str]] | None = None
                  ) -> None:
-        super().__init__(inner.rank, inner.world_size, inner.device)
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self.routes = routes or {}
         self.selector = selectors.DefaultSelector()
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -383,18 +381,6 @@ class SocketTransport(Transport):
             self._progress(left)
 
     # ---------------------------------------------------------- the rest
-
-    def barrier(self) -> None:
-        self.inner.barrier()
-
-    def sum_values(self, values: Sequence[float]) -> list[float]:
-        return self.inner.sum_values(values)
-
-    def explain_loss(self, peer: int) -> str:
-        return self.inner.explain_loss(peer)
-
-    def report_loss(self, peer: int) -> None:
-        self.inner.report_loss(peer)
 
     def close(self) -> None:
         for lane in self.lanes.values():
