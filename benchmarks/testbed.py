@@ -107,9 +107,11 @@ def main() -> int:
                         r >= target for r in summary["speedup"].values())
                     ok &= auto_ok and speed_ok
                     print(line + ("" if auto_ok and speed_ok else "  <- MISSES"))
-                if target is not None:  # auto with torch's default threads
+                omp_sizes = [s["size_bytes"] for s in run["summary"]
+                             if s["size_bytes"] in TARGET_SIZES]
+                if target is not None and omp_sizes:  # auto with torch's default threads
                     unset = ccweave("bench", spec, kind, "--sizes",
-                                    ",".join(f"{s >> 20}MB" for s in TARGET_SIZES),
+                                    ",".join(f"{s >> 20}MB" for s in omp_sizes),
                                     "--strategies", "auto", "--baselines", "",
                                     "--model", str(model), "--json",
                                     env={"OMP_NUM_THREADS": ""})

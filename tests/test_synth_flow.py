@@ -29,11 +29,21 @@ def _ratio(topo: Topology, size: int, **options) -> float:
     return simulate(schedule, topo, size).time_s / lower_bound(topo, "alltoall", size).time_s
 
 
-@pytest.mark.parametrize("machine", ["dgx1", "cedar", "mesh:3x3", "torus:3x3", "ndv2:2"])
+@pytest.mark.parametrize("machine", ["dgx1", "mesh:3x3", "torus:3x3", "ndv2:2"])
 def test_flow_reaches_the_alltoall_flow_bound_at_1GB(machine):
     """dgx1's best classic alltoall is 1.99x its bound: half its pairs have no NVLink."""
     ratio = _ratio(zoo.get(machine), GB)
     assert 1.0 - 1e-9 <= ratio <= 1.03
+
+
+def test_cedars_host_routes_are_staged_so_flow_keeps_to_its_nvlinks():
+    """The bound lets cedar's GPUs reach each other through the CPUs as if cut-through;
+    the model stages those routes in host memory (copied in, then out), so they add
+    nothing at 1 GB and flow keeps to the NVLinks: within 1.11 of the bound."""
+    topo = zoo.get("cedar")
+    schedule = synthesize(topo, "alltoall", "flow", size=GB)
+    verify(schedule, topo)
+    assert 1.0 <= _ratio(topo, GB) <= 1.11
 
 
 def test_flow_beats_every_classic_strategy_on_dgx1():
@@ -55,12 +65,12 @@ def test_relays_are_explicit_transfers_through_scratch():
 
 
 def test_fabric_routes_beside_the_direct_link_are_pinned():
-    """cedar's GPUs also reach each other through PCIe and the CPUs: the LP uses both, and
-    the transfers on the host route say so with ``via``."""
-    topo = zoo.get("cedar")
+    """dgx2's GPU pairs also reach each other through their PCIe switch: the LP uses
+    both, and the transfers on the PCIe route say so with ``via``."""
+    topo = zoo.get("dgx2")
     schedule = synthesize(topo, "alltoall", "flow", size=GB)
     pinned = {t.via for t in schedule.transfers if t.via is not None}
-    assert any(via and via[0].startswith("cpu") for via in pinned)
+    assert any(via and via[0].startswith("pcie") for via in pinned)
     verify(schedule, topo)
 
 

@@ -243,21 +243,21 @@ class _Plan:
 
     def _stages(self, src: int, dst: int, via: tuple[str, ...] | None
                 ) -> list[tuple[tuple[int, ...], float, float]]:
-        """The stages of a pinned route cut at the CPU nodes it passes (none: not staged)."""
+        """The two stages of a pinned route through host memory, cut at the first CPU
+        node it passes (one host buffer, as a host-staged copy or NCCL's shared-memory
+        transport has); none when the route passes no CPU node."""
         topology = self.topology
         if via is None or src == dst or not any(
                 topology.kind(node) is NodeKind.CPU for node in via):
             return []
         hosts = tuple(dict.fromkeys((self.hosts[src], self.hosts[dst]))) if self.hosts \
             else ()
-        stages, current = [], []
+        stages: list[list[int]] = [[]]
         for number in topology.route_via(src, dst, via):
-            current.append(number)
+            stages[-1].append(number)
             link = topology.links[number]
-            if link.dst in via and topology.kind(link.dst) is NodeKind.CPU:
-                stages.append(current)
-                current = []
-        stages.append(current)
+            if len(stages) == 1 and link.dst in via and topology.kind(link.dst) is NodeKind.CPU:
+                stages.append([])
         latency = topology.cost.message_latency + topology.cost.staging_latency
         return [(tuple(part) + hosts,
                  float(sum(topology.links[i].alpha for i in part)) + latency,

@@ -48,9 +48,9 @@ class Hop:
     bandwidth: float
     """Bottleneck bandwidth of the route, bytes/second."""
     stages: tuple[tuple[tuple[int, ...], float, float], ...] = ()
-    """A pinned route through host memory (CPU nodes) is staged there, store-and-forward
-    (the copy into host memory, then out of it): its (links, alpha, bandwidth) per stage;
-    empty when the route is cut-through, one stage."""
+    """A pinned route through host memory (a CPU node) is staged in one host buffer at the
+    first CPU node, store-and-forward (the copy in, then the copy out): its (links,
+    alpha, bandwidth) per stage; empty when the route is cut-through, one stage."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,8 @@ def hop(topology: Topology, src: int, dst: int, via: tuple[str, ...] | None = No
         for number in links:
             part.append(number)
             end = topology.links[number].dst
-            if number == links[-1] or (end in via and topology.kind(end) is NodeKind.CPU):
+            if number == links[-1] or (not stages and end in via
+                                       and topology.kind(end) is NodeKind.CPU):
                 alpha = sum(topology.links[i].alpha for i in part)
                 stages.append((tuple(part), float(alpha + topology.cost.staging_latency),
                                float(min(topology.links[i].bandwidth for i in part))))
