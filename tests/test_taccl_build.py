@@ -82,7 +82,8 @@ def test_time_limit_returns_a_schedule_with_its_gap():
     report = schedule.metadata["taccl"]
     for stage in ("routing", "contiguity"):
         facts = report[stage]
-        assert facts["status"] in ("optimal", "time limit", "skipped", "heuristic")
+        assert facts["status"] in ("optimal", "within gap", "time limit", "skipped",
+                                   "heuristic")
         if facts["status"] == "time limit":
             assert facts["gap"] > 0 and "MIP gap" in facts["note"]
             assert "not proven optimal" in facts["note"]
@@ -165,7 +166,7 @@ def test_cli_synth_with_sketch_size_and_time_limit(tmp_path, capsys):
                  "--time-limit", "10", "--chunks", "1", "-o", str(out)])
     assert code == 0
     printed = capsys.readouterr().out
-    assert "verified" in printed and "routing:" in printed
+    assert "verified" in printed and "routing (milp):" in printed
     schedule = load(out)
     assert schedule.collective.kind is Kind.ALLGATHER
 
