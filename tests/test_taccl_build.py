@@ -104,6 +104,48 @@ def test_fallback_returns_the_faster_classic_and_says_so():
     assert kept.name.startswith("taccl(")
 
 
+@pytest.mark.parametrize("channels", ["alternate", "one"])
+def test_the_returned_schedule_is_what_the_export_runs(channels):
+    """With channels=one MSCCL fuses relays, adding waits: the schedule returned is then
+    the one the XML describes; either way the XML simulates as the schedule does."""
+    from ccweave.export.msccl_xml import from_xml, to_xml
+
+    topology = zoo.get("ndv2:2")
+    for kind in (Kind.ALLGATHER, Kind.ALLREDUCE):
+        schedule = build(topology, kind, 2**24, chunks=2, channels=channels)
+        verify(schedule, topology)
+        ours = simulate(schedule, topology, 2**24).time_s
+        assert simulate(from_xml(to_xml(schedule)), topology, 2**24).time_s == \
+            pytest.approx(ours, rel=1e-9)
+        assert "MSCCL XML" in schedule.metadata["export"]
+        if channels == "alternate":
+            assert schedule.num_channels > 1
+
+
+def test_compare_names_a_fallback_in_its_strategy_column(monkeypatch):
+    """A taccl row that holds a classic schedule says so: ``taccl->direct``."""
+    import ccweave.compare as compare_mod
+
+    topology = zoo.get("ndv2:2")
+    fell_back = synthesize(topology, Kind.ALLTOALL, "taccl", size=2**24, chunks=1,
+                           sketch=str(SKETCHES / "ndv2-2.json"), time_limit=10.0)
+    assert fell_back.metadata["fallback"]
+    real = compare_mod._schedules
+
+    def schedules(topology, kind, name, sizes, *rest):
+        if name == "taccl":
+            return dict.fromkeys(sizes, fell_back)
+        return real(topology, kind, name, sizes, *rest)
+
+    monkeypatch.setattr(compare_mod, "_schedules", schedules)
+    result = compare_mod.compare(topology, Kind.ALLTOALL, [2**24], ["taccl", "ring"])
+    names = sorted(r.strategy for r in result.results)
+    best_classic = fell_back.metadata["best_classic"]
+    assert names == sorted(["ring", f"taccl->{best_classic}"])
+    row = next(r for r in result.results if r.strategy.startswith("taccl"))
+    assert result.schedule(row) is fell_back
+
+
 def test_candidates_are_listed_and_the_fastest_kept():
     topology = two_node_toy()
     schedule = synthesize_taccl(topology, Kind.ALLGATHER, None,

@@ -191,6 +191,31 @@ def test_ordering_respects_parents_and_fifo_edges(heuristic):
                 + lg.edges[sends[b].edge].alpha >= ordering.finish[a] - 1e-12
 
 
+@pytest.mark.parametrize("enforce", [True, False])
+def test_enforce_ordering_sends_a_senders_own_chunks_first(enforce):
+    """Solver times that put carried chunks first on the NIC are overruled by TACCL's
+    enforce_ordering (local rank 0 carries its node's data)."""
+    from dataclasses import replace
+
+    toy = two_node_toy()
+    s = sketch.from_dict({"intranode": {"strategy": "links"},
+                          "internode": {"connections": {"0": [0]},
+                                        "carries": {"0": [0, 1, 2, 3]},
+                                        "enforce_ordering": enforce},
+                          "symmetry_offsets": [[4, 8]]}, "e.json")
+    lg = logical.apply(toy, s)
+    demand = Demand(Collective(Kind.ALLGATHER, 8, 1), lg.symmetry)
+    trees = routed(lg, demand, 2**20, RoutingMethod.TREES)
+    early_for_carried = tuple(tuple(0.0 if demand.chunks[c].source % 4 else 1.0
+                                    for _ in hops) for c, hops in enumerate(trees.hops))
+    ordering = order(lg, replace(trees, send_times=early_for_carried), 2**20,
+                     Heuristic.SOLVER_TIMES)
+    nic = lg.edge_id[(0, 4)]
+    own = [ordering.sends[i].chunk == 0 for i in ordering.edge_order[nic]]
+    assert own[0] is enforce  # with enforce_ordering the own chunk leads, else it trails
+    assert sum(own) == 1
+
+
 # ------------------------------------------------------------------- contiguity
 
 

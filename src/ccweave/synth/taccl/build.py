@@ -389,7 +389,9 @@ def _best_ordering(topology: Topology, demand: Demand, logical: LogicalTopology,
     simulated; the fastest ordering and every one's time (us)."""
     from ccweave.simulate import simulate
 
-    heuristics = options.heuristics() or heuristics_for(routing)
+    usable = heuristics_for(routing)
+    heuristics = tuple(h for h in options.heuristics() or usable if h in usable) or \
+        (Heuristic.EARLIEST_START,)  # solver times asked for, but these routes have none
     best: tuple[float, Ordering] | None = None
     times: dict[str, float] = {}
     for heuristic in heuristics:

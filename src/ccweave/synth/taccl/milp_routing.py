@@ -12,7 +12,8 @@ equalities; substituting them leaves a model the size of one orbit representativ
   (``a(dst) >= s + cost`` when sent, big-M otherwise); destinations arrive by ``T``.
 - Relay relaxation (TACCL's internode sketch): a chunk crosses nodes only over the
   sketch's connections, leaving its home node from a sender that carries it; every other
-  node is entered exactly once (allgather). With ``relay_hops`` above 1, chunks may cross
+  node is entered at least once (allgather: twice when a NIC has time to spare and a
+  switch port has none). With ``relay_hops`` above 1, chunks may cross
   further nodes through relays in nodes they already reached (multi-hop relays).
 - Link rows: every physical link's load (the bytes of every chunk whose route crosses
   it, over the orbit) fits in ``T``; switch ports and shared NICs are physical links, so
@@ -61,7 +62,7 @@ AT_BOUND = 1e-6
 """A warm start whose makespan is within this (relative) of the LP bound meets it."""
 LP_SHARE = 0.2
 """At most this part of the routing time goes to the LP bound on the makespan."""
-TIE_BREAK_SHARE = 0.25
+TIE_BREAK_SHARE = 0.1
 """Part of the routing time the MILP gets when the warm start's makespan already meets
 the LP bound: only the tie-breaks (arrivals, hyperedge policy) can still improve."""
 
@@ -248,8 +249,10 @@ class _Encoding:
                 entries[logical.node_of[logical.edges[e].dst]].append(self.x[r, e])
         targets = {logical.node_of[d] for d in rep.destinations}
         for node, cols in entries.items():
-            low = 1.0 if node in targets else 0.0
-            model.add_row(cols, [1.0] * len(cols), low, 1.0)
+            if not self.demand.multicast:  # a path enters a node at most once
+                model.add_row(cols, [1.0] * len(cols), float(node in targets), 1.0)
+            elif node in targets:  # TACCL's relay relaxation: at least once
+                model.add_row(cols, [1.0] * len(cols), lower=1.0)
 
     def _fan_out(self, r: int, rep: _Rep) -> None:
         """Per rank, the chunk's sends through one shared port go one after another after

@@ -78,6 +78,9 @@ def from_taccl(data: Mapping, source: str) -> sk.Sketch:
 
 
 def _intranode(data: object, source: str) -> sk.IntranodeSketch:
+    if data is None:
+        raise InputError(f"{source}: intranode_sketch is missing; a TACCL sketch has one, "
+                         'e.g. {"strategy": "none"}')
     if not isinstance(data, Mapping):
         raise InputError(f"{source}: intranode_sketch must be an object like "
                          '{"strategy": "none"}')
