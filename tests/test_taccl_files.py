@@ -110,7 +110,7 @@ def test_bad_taccl_fields_are_named(data, text):
 
 def test_a_sketch_for_another_node_count_is_refused_by_name():
     s = sketch.load(FIXTURES / "sketch" / "sk1-ndv2-n2.json")
-    with pytest.raises(InputError, match="for 2 node.*nnodes.*'ndv2:4' has 4"):
+    with pytest.raises(InputError, match=r"for 2 node.*nnodes.*'ndv2:4' has 4"):
         logical.apply(zoo.get("ndv2:4"), s)
 
 
@@ -184,7 +184,7 @@ def test_bad_profiles_are_named(data, text):
 
 
 def test_a_profile_given_as_the_topology_says_how_to_use_it():
-    with pytest.raises(TopologyError, match="TACCL profiled topology.*--profile"):
+    with pytest.raises(TopologyError, match=r"TACCL profiled topology.*--profile"):
         io.load(FIXTURES / "topo" / "topo-ndv2-1MB.json")
 
 

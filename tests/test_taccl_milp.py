@@ -79,7 +79,7 @@ def test_the_milp_enters_a_node_twice_when_the_switch_port_is_short():
 def test_multi_hop_relays_go_around_a_slow_direct_link():
     topology = line_of_nodes()
     data = {"internode": {"connections": "direct-map"}}
-    lg, _, trees, one_hop = routings(topology, data)
+    lg, _, _, one_hop = routings(topology, data)
     *_, two_hops = routings(topology, data, relay_hops=2)
     assert two_hops.makespan_s < one_hop.makespan_s * 0.5
     assert any(sum(lg.edges[e].internode for e, _ in hops) == 2 for hops in two_hops.hops)
@@ -102,7 +102,7 @@ def test_never_worse_than_its_warm_start_and_send_times_follow_the_routes(kind, 
     assert milp.warm_makespan_s == pytest.approx(trees.makespan_s, rel=1e-6)
     chunk = demand.collective.chunk_bytes(2**16)
     for hops, times in zip(milp.hops, milp.send_times, strict=True):
-        for (edge, parent), sent in zip(hops, times, strict=True):
+        for (_, parent), sent in zip(hops, times, strict=True):
             if parent >= 0:
                 before = lg.edges[hops[parent][0]].seconds(chunk)
                 assert sent >= times[parent] + before - 1e-9
