@@ -73,8 +73,9 @@ REPLAY_ROUNDS = 3
 REPLAY_GAIN = 1e-3
 """A replay round must make the schedule this much faster to count."""
 CONTIGUITY_TIME_LIMIT_S = 3.0
-"""Default cap on the contiguity stage's solver time: its MILP closes its gap slowly,
-and its warm start is already a good schedule."""
+"""Default cap on the contiguity stage's solver time per candidate (shared by the
+orderings tried): its MILP closes its gap slowly, and its warm start is already a good
+schedule."""
 BEST = "best"
 """Option value: try every choice and keep the schedule that simulates fastest."""
 SAME = 1e-9
@@ -112,7 +113,8 @@ class TacclOptions:
         may be relayed on through nodes they reached, routing ``milp`` only).
     ordering: ``best`` (every heuristic of :class:`Heuristic`, the fastest kept) or one
         heuristic's name.
-    contiguity_time_limit: at most this many seconds for each contiguity solve.
+    contiguity_time_limit: at most this many seconds for the contiguity stage of a
+        candidate, shared by the orderings tried.
     contiguity_window: most sends one merged transfer holds (TACCL's window, 6).
     mip_gap: relative gap at which a MILP counts as solved.
     max_paths, max_trees: the tree selection's candidates per (chunk, destination) and
@@ -303,7 +305,6 @@ class _Lowering:
 def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: int,
                       options: TacclOptions, clock: _Clock) -> Direct:
     """Allgather or alltoall through the three stages; see the module docstring."""
-    from ccweave.simulate import simulate
 
     progress = options.progress
     started = time.perf_counter()
@@ -326,15 +327,22 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
                 **logical.describe()}
     lowerings: list[_Lowering] = []
     tried_orders: dict[str, dict[str, float]] = {}
-    for routing in routings:
-        if any(routing.hops == done.routing.hops for done in lowerings):
-            continue  # the MILP kept its warm start's routes: nothing new to lower
-        ordering, times = _best_ordering(topology, demand, logical, routing, chunk_bytes,
-                                         name, metadata, options)
-        tried_orders[routing.method] = times
+    unique = [r for k, r in enumerate(routings)  # a MILP that kept its warm start's routes
+              if all(r.hops != earlier.hops for earlier in routings[:k])]
+    plans = [(routing, heuristic) for routing in unique
+             for heuristic in _heuristics(routing, options)]
+    seen: list[tuple[Routing, Ordering, Heuristic]] = []
+    for routing, heuristic in plans:
+        ordering = order(logical, routing, chunk_bytes, heuristic)
+        twin = next((h for r, o, h in seen if r is routing and o.edge_order == ordering.edge_order
+                     and o.link_order == ordering.link_order), None)
+        seen.append((routing, ordering, heuristic))
+        if twin is not None:  # the same order as a heuristic tried: the same schedule
+            tried_orders.setdefault(routing.method, {})[heuristic.value] = \
+                tried_orders[routing.method][twin.value]
+            continue
         if options.contiguity:
-            limit = min(clock.stage(0.5 / max(1, len(routings) - len(lowerings))),
-                        options.contiguity_time_limit)
+            limit = min(clock.stage(0.5), options.contiguity_time_limit) / len(plans)
             groups = contiguity(logical, ordering, chunk_bytes,
                                 alpha_ratio=options.merge_alpha_ratio,
                                 max_merges=options.max_merges,
@@ -344,24 +352,20 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
                                 progress=progress)
         else:
             groups = singletons(ordering, "contiguity off: stage-2 times")
+        schedule, seconds = _lowered(topology, demand, logical, ordering, groups, name,
+                                     metadata, options)
+        tried_orders.setdefault(routing.method, {})[heuristic.value] = seconds * 1e6
         if progress:
-            progress(Progress("contiguity", f"{groups.merges} merges, model makespan "
-                                            f"{groups.makespan_s * 1e6:.1f} us; "
-                                            f"{groups.note}"))
-        best: tuple[float, Schedule] | None = None
-        for port_order in PORT_ORDERS:
-            schedule, seconds = _replayed(
-                topology, options.size, ordering, groups,
-                lambda priority, port_order=port_order, ordering=ordering, groups=groups:
-                    lower(demand, logical, ordering, groups, name,
-                          {**metadata, "port_order": port_order}, port_order=port_order,
-                          priority=priority, channels=ChannelPolicy(options.channels)))
-            if best is None or seconds < best[0] * (1 - REPLAY_GAIN):
-                best = (seconds, schedule)
-        assert best is not None
-        lowerings.append(_Lowering(routing, ordering, groups, best[1], best[0]))
+            progress(Progress("ordering", f"{routing.method} routes, heuristic "
+                                          f"{heuristic.value}: {groups.merges} merges "
+                                          f"({groups.note}); {seconds * 1e6:.1f} us "
+                                          "simulated"))
+        lowerings.append(_Lowering(routing, ordering, groups, schedule, seconds))
     kept = min(lowerings, key=lambda lowered: lowered.time_s)
-    lowered_us = {id(low.routing): low.time_s * 1e6 for low in lowerings}
+    lowered_us: dict[int, float] = {}
+    for low in lowerings:
+        lowered_us[id(low.routing)] = min(lowered_us.get(id(low.routing), math.inf),
+                                          low.time_s * 1e6)
     routing_facts = tuple({**r.report(), "lowered_us": lowered_us[id(r)]} if id(r) in
                           lowered_us else {**r.report(), "lowered": "the same routes as the "
                                                                     "tree selection"}
@@ -375,41 +379,37 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
          "seconds": round(kept.groups.seconds, 3), "merges": kept.groups.merges,
          "makespan_us": kept.groups.makespan_s * 1e6, "note": kept.groups.note},
         time.perf_counter() - started, routing_facts)
-    schedule = serialize_local_steps(kept.schedule, topology, options.size).with_name(
-        name, taccl=report.to_dict())
-    seconds = simulate(schedule, topology, options.size).time_s
-    return Direct(schedule, report, logical, kept.routing, chunk_bytes, seconds)
+    schedule = kept.schedule.with_name(name, taccl=report.to_dict())
+    return Direct(schedule, report, logical, kept.routing, chunk_bytes, kept.time_s)
 
 
-def _best_ordering(topology: Topology, demand: Demand, logical: LogicalTopology,
-                   routing: Routing, chunk_bytes: float, name: str,
-                   metadata: dict[str, object], options: TacclOptions
-                   ) -> tuple[Ordering, dict[str, float]]:
-    """Every heuristic asked for (``ordering``), each lowered without merges and
-    simulated; the fastest ordering and every one's time (us)."""
+def _heuristics(routing: Routing, options: TacclOptions) -> tuple[Heuristic, ...]:
+    """The ordering heuristics to try for ``routing``: those asked for that apply."""
+    usable = heuristics_for(routing)
+    return tuple(h for h in options.heuristics() or usable if h in usable) or \
+        (Heuristic.EARLIEST_START,)  # solver times asked for, but these routes have none
+
+
+def _lowered(topology: Topology, demand: Demand, logical: LogicalTopology,
+             ordering: Ordering, groups: Contiguity, name: str, metadata: dict[str, object],
+             options: TacclOptions) -> tuple[Schedule, float]:
+    """The fastest lowering of ``groups`` over the port orders, replayed, with each rank's
+    local steps in threadblock order; and its simulated time."""
     from ccweave.simulate import simulate
 
-    usable = heuristics_for(routing)
-    heuristics = tuple(h for h in options.heuristics() or usable if h in usable) or \
-        (Heuristic.EARLIEST_START,)  # solver times asked for, but these routes have none
-    best: tuple[float, Ordering] | None = None
-    times: dict[str, float] = {}
-    for heuristic in heuristics:
-        ordering = order(logical, routing, chunk_bytes, heuristic)
-        if len(heuristics) == 1:
-            return ordering, times
-        lowered = lower(demand, logical, ordering, singletons(ordering), name, metadata,
-                        channels=ChannelPolicy(options.channels))
-        seconds = simulate(lowered.schedule, topology, options.size).time_s
-        times[heuristic.value] = seconds * 1e6
-        if best is None or seconds < best[0] * (1 - SAME):
-            best = (seconds, ordering)
+    best: tuple[float, Schedule] | None = None
+    for port_order in PORT_ORDERS:
+        schedule, seconds = _replayed(
+            topology, options.size, ordering, groups,
+            lambda priority, port_order=port_order: lower(
+                demand, logical, ordering, groups, name,
+                {**metadata, "port_order": port_order}, port_order=port_order,
+                priority=priority, channels=ChannelPolicy(options.channels)))
+        if best is None or seconds < best[0] * (1 - REPLAY_GAIN):
+            best = (seconds, schedule)
     assert best is not None
-    if options.progress:
-        options.progress(Progress("ordering", f"heuristic {best[1].heuristic.value} kept ("
-                                  + ", ".join(f"{h} {t:.1f} us" for h, t in times.items())
-                                  + ")"))
-    return best[1], times
+    schedule = serialize_local_steps(best[1], topology, options.size)
+    return schedule, simulate(schedule, topology, options.size).time_s
 
 
 def _replayed(topology: Topology, size: float, ordering: Ordering, groups: Contiguity,

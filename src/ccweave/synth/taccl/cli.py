@@ -30,7 +30,8 @@ def add_flags(parser) -> None:
                         help="time budget in seconds (taccl, default 120); a solver stage at "
                              "its limit returns the best schedule so far with its MIP gap")
     parser.add_argument("--contiguity-time-limit", type=float, metavar="SECONDS",
-                        help="most seconds of each contiguity solve (taccl, default 3)")
+                        help="most seconds of the contiguity stage per candidate, shared "
+                             "by the orderings tried (taccl, default 3)")
 
 
 def flag_options(args) -> dict[str, object]:

@@ -137,6 +137,18 @@ def contiguity(logical: LogicalTopology, ordering: Ordering, chunk_bytes: float,
                       result.status, result.gap, result.seconds, merges, result.describe())
 
 
+def batched(logical: LogicalTopology, ordering: Ordering, chunk_bytes: float, *,
+            alpha_ratio: float = MERGE_ALPHA_RATIO, window: int = WINDOW) -> Contiguity:
+    """Merges by the batching heuristic alone (no solver): a quick stage 3 for comparing
+    orderings."""
+    eligible = high_alpha_edges(logical, chunk_bytes, alpha_ratio)
+    mergeable = {e for e in eligible if len(ordering.edge_order.get(e, ())) > 1}
+    if not mergeable:
+        return singletons(ordering, "no high-alpha edge carries two sends: stage-2 times")
+    return _grouped(ordering, batches(ordering, mergeable, window),
+                    "merges by the batching heuristic", "heuristic")
+
+
 def batches(ordering: Ordering, mergeable: set[int], window: int = WINDOW) -> set[int]:
     """The batching heuristic: when a high-alpha edge frees up, it sends every chunk that
     has arrived (by stage 2's times) as one transfer, at most ``window`` of them. Returns

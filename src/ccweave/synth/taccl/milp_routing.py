@@ -65,6 +65,9 @@ LP_SHARE = 0.2
 TIE_BREAK_SHARE = 0.1
 """Part of the routing time the MILP gets when the warm start's makespan already meets
 the LP bound: only the tie-breaks (arrivals, hyperedge policy) can still improve."""
+TIE_BREAK_GAP = 1e-6
+"""Relative MIP gap of that solve: the tie-breaks are a small part of the objective, so
+the usual tolerance would stop at the warm start."""
 
 
 @dataclass(frozen=True)
@@ -90,8 +93,10 @@ def route_milp(logical: LogicalTopology, demand: Demand, chunk_bytes: float, war
     at_bound = bound is not None and encoding.warm_time <= bound * (1 + AT_BOUND) + 1e-9
     left = settings.time_limit_s - (time.perf_counter() - started)
     limit = max(left, MIN_SOLVE_S)
+    gap = settings.mip_gap
     if at_bound:
         limit = max(min(limit, settings.time_limit_s * TIE_BREAK_SHARE), MIN_SOLVE_S)
+        gap = min(gap, TIE_BREAK_GAP)
     if progress:
         progress(Progress("routing", f"TACCL MILP with {model.num_vars} variables "
                                      f"({model.num_integers} binary), {model.num_rows} rows, "
@@ -99,8 +104,8 @@ def route_milp(logical: LogicalTopology, demand: Demand, chunk_bytes: float, war
                                      f"{encoding.warm_time:.4g} us ({binding}), LP bound "
                                      f"{'unknown' if bound is None else f'{bound:.4g} us'}"))
     try:
-        result = model.solve(replace(settings, time_limit_s=limit), start, progress,
-                             "routing")
+        result = model.solve(replace(settings, time_limit_s=limit, mip_gap=gap), start,
+                             progress, "routing")
     except SolverError as error:
         raise SolverError(f"taccl routing with sketch {logical.sketch.source}: {error}") \
             from None
