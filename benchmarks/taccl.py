@@ -252,8 +252,10 @@ def alltoall() -> list[dict[str, object]]:
 
 def pair_ceiling(name: str, kind: Kind, size: int) -> float | None:
     """For NVSwitch machines: the least time of any schedule whose GPU-to-GPU sends cross
-    the switch (what MSCCL's sends do), over the bound. A GPU pair behind one NIC takes
-    everything it receives through its two switch ports or that NIC."""
+    the switch (MSCCL's sends do, and so do the machine's routes), over the bound. A GPU
+    pair behind one NIC takes everything it receives through its two switch ports or from
+    the network through that NIC (the cut the bound takes counts the pair's PCIe links
+    instead, which only that NIC's traffic uses)."""
     topology = zoo.get(name)
     switch = next((f for f, k in topology.fabric.items() if k is NodeKind.SWITCH
                    and any(topology.is_rank(lk.src) for lk in topology.links if lk.dst == f)),
@@ -262,12 +264,13 @@ def pair_ceiling(name: str, kind: Kind, size: int) -> float | None:
     if switch is None or not nics:
         return None
     first = nics[0]
-    pair = sorted({r for r in topology.ranks if first in _ends(topology, r)})
+    home = topology.groups["node"][0]
+    pair = sorted(r for r in home if first in _ends(topology, r))
     if len(pair) < 2:
         return None
     ports = sum(topology.link(switch, r).bandwidth for r in pair)
-    nic_in = max(lk.bandwidth for lk in topology.links if lk.src == first
-                 and not topology.is_rank(lk.dst) and topology.kind(lk.dst) is not NodeKind.SWITCH)
+    nic_in = max(lk.bandwidth for lk in topology.links if lk.dst == first
+                 and topology.kind(lk.src) is NodeKind.SWITCH)  # from the network
     n = topology.num_ranks
     data = len(pair) * (n - 1) * size / n
     phases = 2 if kind is Kind.ALLREDUCE else 1

@@ -158,6 +158,8 @@ class _Encoding:
         self.warm_time = 0.0
         self.binding_row: int | None = None
         self.labels: dict[int, str] = {}
+        self.ordering_pairs: list[tuple[tuple[int, int], tuple[int, int], float]] = []
+        """(first, second, cost): ``second``'s send waits ``cost`` after ``first``'s."""
 
     def label(self, row: int | None) -> str:
         """What a row that bounds ``T`` stands for, in words."""
@@ -327,7 +329,6 @@ class _Encoding:
         logical, demand = self.logical, self.demand
         if not logical.sketch.internode.enforce_ordering:
             return
-        self._ordering_pairs = []
         place = self._orbit_place()
         by_source: dict[int, list[int]] = defaultdict(list)
         for chunk, ch in enumerate(demand.chunks):
@@ -347,7 +348,7 @@ class _Encoding:
                     if first is None or second is None or (first, second) in seen:
                         continue
                     seen.add((first, second))
-                    self._ordering_pairs.append((first, second, self.cost[f]))
+                    self.ordering_pairs.append((first, second, self.cost[f]))
 
     def _variable(self, place: dict[int, tuple[int, int]], chunk: int, edge: int
                   ) -> tuple[int, int] | None:
@@ -409,7 +410,7 @@ class _Encoding:
             big = horizon + self.cost[e]
             model.add_row([self.a[r, edge.dst], s, x], [1.0, -1.0, -big],
                           lower=self.cost[e] - big)
-        for (r1, e1), (r2, e2), cost in getattr(self, "_ordering_pairs", ()):
+        for (r1, e1), (r2, e2), cost in self.ordering_pairs:
             big = 2 * horizon + cost  # both sent: s2 >= s1 + cost
             model.add_row([self.s[r2, e2], self.s[r1, e1], self.x[r1, e1], self.x[r2, e2]],
                           [1.0, -1.0, -big, -big], lower=cost - 2 * big)
@@ -435,7 +436,7 @@ class _Encoding:
                     values[self.s[r, e]] = arrival.get(logical.edges[e].src, 0.0)
         for y, cols in self.uc:
             values[y] = float(any(values[c] > 0.5 for c in cols))
-        for (r1, e1), (r2, e2), cost in getattr(self, "_ordering_pairs", ()):
+        for (r1, e1), (r2, e2), cost in self.ordering_pairs:
             if values[self.x[r1, e1]] > 0.5 and values[self.x[r2, e2]] > 0.5:
                 values[self.s[r2, e2]] = max(values[self.s[r2, e2]],
                                              values[self.s[r1, e1]] + cost)
