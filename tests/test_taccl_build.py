@@ -171,6 +171,13 @@ def test_progress_reports_every_stage():
     ({"time_limit": -1}, "time_limit"),
     ({"max_paths": 1.5}, "max_paths must be a positive integer"),
     ({"fallback": "yes"}, "fallback must be true or false"),
+    ({"routing": "lp"}, "routing is 'lp'; use one of milp, trees"),
+    ({"ordering": "fifo"}, "ordering is 'fifo'; use one of best, earliest-start"),
+    ({"reduce_order": "x"}, "reduce_order is 'x'"),
+    ({"channels": "two"}, "channels is 'two'; use one of alternate, one"),
+    ({"relay_hops": 2, "routing": "trees"}, "relay_hops above 1 needs routing=milp"),
+    ({"contiguity_window": 0}, "contiguity_window must be a positive integer"),
+    ({"profile_scale": -1}, "profile_scale must be a positive number"),
 ])
 def test_bad_options_are_named(options, text):
     with pytest.raises(InputError, match=r"taccl|size") as error:
