@@ -76,6 +76,9 @@ CONTIGUITY_TIME_LIMIT_S = 3.0
 """Default cap on the contiguity stage's solver time per candidate (shared by the
 orderings tried): its MILP closes its gap slowly, and its warm start is already a good
 schedule."""
+EXPORT_RESERVE = 0.1
+"""Part of the time limit kept for exporting the chosen schedule (its figure must be the
+export's)."""
 BEST = "best"
 """Option value: try every choice and keep the schedule that simulates fastest."""
 SAME = 1e-9
@@ -326,13 +329,18 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
     metadata = {"strategy": "taccl", "topology": topology.name, "size": options.size,
                 **logical.describe()}
     lowerings: list[_Lowering] = []
-    tried_orders: dict[str, dict[str, float]] = {}
+    tried_orders: dict[str, dict[str, float | str]] = {}
     unique = [r for k, r in enumerate(routings)  # a MILP that kept its warm start's routes
               if all(r.hops != earlier.hops for earlier in routings[:k])]
     plans = [(routing, heuristic) for routing in unique
              for heuristic in _heuristics(routing, options)]
     seen: list[tuple[Routing, Ordering, Heuristic]] = []
+    slowest = 0.0  # wall seconds of the slowest (routing, heuristic) tried so far
     for routing, heuristic in plans:
+        if lowerings and slowest > clock.left():
+            tried_orders.setdefault(routing.method, {})[heuristic.value] = "skipped: time"
+            continue  # would not finish within the candidate's time
+        began = time.perf_counter()
         ordering = order(logical, routing, chunk_bytes, heuristic)
         twin = next((h for r, o, h in seen if r is routing and o.edge_order == ordering.edge_order
                      and o.link_order == ordering.link_order), None)
@@ -361,6 +369,7 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
                                           f"({groups.note}); {seconds * 1e6:.1f} us "
                                           "simulated"))
         lowerings.append(_Lowering(routing, ordering, groups, schedule, seconds))
+        slowest = max(slowest, time.perf_counter() - began)
     kept = min(lowerings, key=lambda lowered: lowered.time_s)
     lowered_us: dict[int, float] = {}
     for low in lowerings:
@@ -466,7 +475,7 @@ def synthesize_taccl(topology: Topology, kind: Kind, chunks: int | None,
         return _alone(kind, chunks_for(chunks))
     topology = profiled(topology, options)
     tried = candidates(topology, kind, chunks, options)
-    clock = _Clock(options.time_limit)
+    clock = _Clock(options.time_limit * (1 - EXPORT_RESERVE))
     best: tuple[float, Schedule] | None = None
     results: list[dict[str, object]] = []
     per_chunk = 0.0  # most wall seconds a candidate took per chunk per rank
