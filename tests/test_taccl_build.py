@@ -82,7 +82,8 @@ def test_time_limit_returns_a_schedule_with_its_gap():
     report = schedule.metadata["taccl"]
     for stage in ("routing", "contiguity"):
         facts = report[stage]
-        assert facts["status"] in ("optimal", "time limit", "skipped", "heuristic")
+        assert facts["status"] in ("optimal", "within gap", "time limit", "skipped",
+                                   "heuristic")
         if facts["status"] == "time limit":
             assert facts["gap"] > 0 and "MIP gap" in facts["note"]
             assert "not proven optimal" in facts["note"]
@@ -101,6 +102,48 @@ def test_fallback_returns_the_faster_classic_and_says_so():
     kept = synthesize(topology, Kind.ALLTOALL, "taccl", size=2**24, sketch=one_relay,
                       chunks=1, time_limit=10.0, fallback=False)
     assert kept.name.startswith("taccl(")
+
+
+@pytest.mark.parametrize("channels", ["alternate", "one"])
+def test_the_returned_schedule_is_what_the_export_runs(channels):
+    """With channels=one MSCCL fuses relays, adding waits: the schedule returned is then
+    the one the XML describes; either way the XML simulates as the schedule does."""
+    from ccweave.export.msccl_xml import from_xml, to_xml
+
+    topology = zoo.get("ndv2:2")
+    for kind in (Kind.ALLGATHER, Kind.ALLREDUCE):
+        schedule = build(topology, kind, 2**24, chunks=2, channels=channels)
+        verify(schedule, topology)
+        ours = simulate(schedule, topology, 2**24).time_s
+        assert simulate(from_xml(to_xml(schedule)), topology, 2**24).time_s == \
+            pytest.approx(ours, rel=1e-9)
+        assert "MSCCL XML" in schedule.metadata["export"]
+        if channels == "alternate":
+            assert schedule.num_channels > 1
+
+
+def test_compare_names_a_fallback_in_its_strategy_column(monkeypatch):
+    """A taccl row that holds a classic schedule says so: ``taccl->direct``."""
+    import ccweave.compare as compare_mod
+
+    topology = zoo.get("ndv2:2")
+    fell_back = synthesize(topology, Kind.ALLTOALL, "taccl", size=2**24, chunks=1,
+                           sketch=str(SKETCHES / "ndv2-2.json"), time_limit=10.0)
+    assert fell_back.metadata["fallback"]
+    real = compare_mod._schedules
+
+    def schedules(topology, kind, name, sizes, *rest):
+        if name == "taccl":
+            return dict.fromkeys(sizes, fell_back)
+        return real(topology, kind, name, sizes, *rest)
+
+    monkeypatch.setattr(compare_mod, "_schedules", schedules)
+    result = compare_mod.compare(topology, Kind.ALLTOALL, [2**24], ["taccl", "ring"])
+    names = sorted(r.strategy for r in result.results)
+    best_classic = fell_back.metadata["best_classic"]
+    assert names == sorted(["ring", f"taccl->{best_classic}"])
+    row = next(r for r in result.results if r.strategy.startswith("taccl"))
+    assert result.schedule(row) is fell_back
 
 
 def test_candidates_are_listed_and_the_fastest_kept():
@@ -128,6 +171,13 @@ def test_progress_reports_every_stage():
     ({"time_limit": -1}, "time_limit"),
     ({"max_paths": 1.5}, "max_paths must be a positive integer"),
     ({"fallback": "yes"}, "fallback must be true or false"),
+    ({"routing": "lp"}, "routing is 'lp'; use one of milp, trees"),
+    ({"ordering": "fifo"}, "ordering is 'fifo'; use one of best, earliest-start"),
+    ({"reduce_order": "x"}, "reduce_order is 'x'"),
+    ({"channels": "two"}, "channels is 'two'; use one of alternate, one"),
+    ({"relay_hops": 2, "routing": "trees"}, "relay_hops above 1 needs routing=milp"),
+    ({"contiguity_window": 0}, "contiguity_window must be a positive integer"),
+    ({"profile_scale": -1}, "profile_scale must be a positive number"),
 ])
 def test_bad_options_are_named(options, text):
     with pytest.raises(InputError, match=r"taccl|size") as error:
@@ -165,7 +215,7 @@ def test_cli_synth_with_sketch_size_and_time_limit(tmp_path, capsys):
                  "--time-limit", "10", "--chunks", "1", "-o", str(out)])
     assert code == 0
     printed = capsys.readouterr().out
-    assert "verified" in printed and "routing:" in printed
+    assert "verified" in printed and "routing (milp):" in printed
     schedule = load(out)
     assert schedule.collective.kind is Kind.ALLGATHER
 

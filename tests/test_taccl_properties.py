@@ -1,5 +1,6 @@
 """Properties of taccl on random two-node machines (hypothesis): whatever the links, the
-default sketches fit, every collective's schedule verifies, and none beats the bound."""
+default sketches fit, every collective's schedule verifies, none beats the bound, and the
+MSCCL XML it exports simulates exactly as the schedule scored."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 import ccweave.synth.taccl  # noqa: F401  (registers the strategy)
 from ccweave.bounds import lower_bound
 from ccweave.collectives import Kind
+from ccweave.export.msccl_xml import from_xml, to_xml
 from ccweave.simulate import simulate
 from ccweave.synth.taccl.build import TacclOptions, synthesize_taccl
 from ccweave.topology.model import Link, NodeKind, Topology
@@ -78,3 +80,5 @@ def test_random_two_node_machines(kind, machine, size):
     verify(schedule, machine)
     time_s = simulate(schedule, machine, size).time_s
     assert time_s >= lower_bound(machine, kind, size).weaker_s * (1 - 1e-9)
+    exported = simulate(from_xml(to_xml(schedule)), machine, size).time_s
+    assert exported == pytest.approx(time_s, rel=1e-9)  # what ships is what was scored

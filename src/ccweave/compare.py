@@ -108,8 +108,9 @@ def compare(topology: Topology, kind: Kind | str, sizes: Sequence[int],
             skipped.append(Skipped(name, str(error)))
             continue
         for size, bound in zip(sizes, bounds, strict=True):
-            built[name, size] = schedules[size]
-            rows.append(_result(name, schedules[size], topology, size, bound))
+            label = strategy_label(name, schedules[size])
+            built[label, size] = schedules[size]
+            rows.append(_result(label, schedules[size], topology, size, bound))
     if not rows:
         reasons = "; ".join(f"{s.strategy}: {s.reason}" for s in skipped)
         raise CCWeaveError(f"no strategy builds {kind.value} on {topology.name} ({reasons})")
@@ -132,6 +133,14 @@ def _schedules(topology: Topology, kind: Kind, name: str, sizes: Sequence[int], 
     if get_strategy(name).sized:
         return {size: build(size=size) for size in sizes}
     return dict.fromkeys(sizes, build())
+
+
+def strategy_label(name: str, schedule: Schedule) -> str:
+    """``name``, or ``name->other`` when the strategy fell back to another's schedule (its
+    metadata names it: ``best_classic`` beside a ``fallback`` note)."""
+    if schedule.metadata.get("fallback") and schedule.metadata.get("best_classic"):
+        return f"{name}->{schedule.metadata['best_classic']}"
+    return name
 
 
 def _result(name: str, schedule: Schedule, topology: Topology, size: int,

@@ -15,6 +15,13 @@ def emit(program: Program, layout: Layout, steps: tuple[tuple[tuple[Step, ...], 
          algo: Mapping[str, object], chunks: tuple[int, int, int]) -> str:
     """The XML text. ``algo``: the ``algo`` attributes before ``nchannels`` is added
     (name, proto, coll, ...); ``chunks``: i_chunks, o_chunks, s_chunks of every gpu."""
+    return serialize(emit_tree(program, layout, steps, algo, chunks))
+
+
+def emit_tree(program: Program, layout: Layout,
+              steps: tuple[tuple[tuple[Step, ...], ...], ...], algo: Mapping[str, object],
+              chunks: tuple[int, int, int]) -> ET.Element:
+    """The ``algo`` element :func:`emit` prints."""
     channels = 1 + max((tb.chan for blocks in layout.tbs for tb in blocks), default=0)
     attrs = {"name": algo["name"], "proto": algo["proto"], "nchannels": channels,
              **{k: v for k, v in algo.items() if k not in ("name", "proto")}}
@@ -28,7 +35,7 @@ def emit(program: Program, layout: Layout, steps: tuple[tuple[tuple[Step, ...], 
                                              "recv": str(tb.recv), "chan": str(tb.chan)})
             for s, step in enumerate(steps[rank][tb_id]):
                 ET.SubElement(elem, "step", _step_attrs(program, s, step))
-    return serialize(root)
+    return root
 
 
 def serialize(root: ET.Element) -> str:

@@ -18,20 +18,20 @@ from ccweave.collectives import Kind
 from ccweave.errors import InputError
 from ccweave.export import msccl_spec as spec
 from ccweave.export.dependencies import infer
-from ccweave.export.emit import emit, serialize
+from ccweave.export.emit import emit_tree, serialize
 from ccweave.export.fusion import fuse
 from ccweave.export.lowering import lower, split_counts
 from ccweave.export.problems import summary
 from ccweave.export.threadblocks import assign
-from ccweave.export.xml_check import check_xml
-from ccweave.export.xml_import import from_xml, read
+from ccweave.export.xml_check import analyze, check_xml
+from ccweave.export.xml_import import from_analysis, from_xml, read
 from ccweave.export.xml_lexer import lex_check
 from ccweave.plan import Plan
 from ccweave.schedule import Schedule
 from ccweave.transforms import instances as replicate
 
-__all__ = ["CONFIG_NAME", "check_xml", "export_plan", "from_xml", "lex_check", "read", "to_xml",
-           "write"]
+__all__ = ["CONFIG_NAME", "as_run", "check_xml", "export_plan", "from_xml", "lex_check", "read",
+           "to_xml", "write"]
 
 DEFAULT_PROTO = "Simple"
 OPEN_MAX_BYTES = 1 << 40
@@ -62,6 +62,32 @@ def to_xml(schedule: Schedule, *, proto: str = DEFAULT_PROTO, instances: int = 1
     Raises ``InputError`` when the runtime cannot run it (limits, a collective the runtime
     lacks), naming the threadblock and the fix.
     """
+    root, header = _tree(schedule, proto, instances, runtime, min_bytes, max_bytes, name)
+    text = serialize(root)
+    problems = [*lex_check(text), *check_xml(ET.fromstring(text), runtime)]
+    if problems:
+        raise InputError(f"cannot export {header['name']!r} for MSCCL: {summary(problems)}")
+    return text
+
+
+def as_run(schedule: Schedule, *, proto: str = DEFAULT_PROTO, instances: int = 1,
+           runtime: spec.Runtime | str = spec.Runtime.MSCCL) -> Schedule:
+    """The schedule the XML of :func:`to_xml` describes, as :func:`from_xml` reads it back
+    (every threadblock running its steps one after another), without printing the text:
+    what a strategy scores when its figure must be the figure of the export. Raises
+    ``InputError`` when the runtime cannot run it."""
+    root, header = _tree(schedule, proto, instances, runtime, 0, None, None)
+    analysis = analyze(root, spec.Runtime.parse(runtime))
+    problems = list(analysis.problems)
+    if problems:
+        raise InputError(f"cannot export {header['name']!r} for MSCCL: {summary(problems)}")
+    return from_analysis(analysis, str(header["name"]), problems)
+
+
+def _tree(schedule: Schedule, proto: str, instances: int, runtime: spec.Runtime | str,
+          min_bytes: int, max_bytes: int | None, name: str | None
+          ) -> tuple[ET.Element, dict[str, object]]:
+    """The ``algo`` element of the export passes, and its header."""
     runtime = spec.Runtime.parse(runtime)
     if proto not in spec.PROTOCOLS:
         raise InputError(f"proto {proto!r}: choose one of {', '.join(spec.PROTOCOLS)}")
@@ -77,11 +103,7 @@ def to_xml(schedule: Schedule, *, proto: str = DEFAULT_PROTO, instances: int = 1
     layout = assign(program)
     steps = infer(program, layout)
     header = _header(sched, proto, runtime, coll, min_bytes, max_bytes, name)
-    text = emit(program, layout, steps, header, _chunks(sched, coll is None))
-    problems = [*lex_check(text), *check_xml(ET.fromstring(text), runtime)]
-    if problems:
-        raise InputError(f"cannot export {header['name']!r} for MSCCL: {summary(problems)}")
-    return text
+    return emit_tree(program, layout, steps, header, _chunks(sched, coll is None)), header
 
 
 def export_notes(schedule: Schedule) -> list[str]:

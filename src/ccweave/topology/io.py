@@ -23,6 +23,8 @@ _TOP_FIELDS = {"name", "ranks", "fabric", "links", "groups", "local_bw_GBps", "s
 _IGNORED_FIELDS = {"format", "comment", "summary"}
 """Read and ignored: ``summary`` holds the counts ``topo show --json`` prints beside the
 topology, so its output loads back."""
+_TACCL_PROFILE = {"gpus_per_node", "node_betas_list", "remote_beta"}
+"""Fields of TACCL's profiled topologies (ccweave.synth.taccl.profile reads them)."""
 _LINK_FIELDS = {"src", "dst", "bw_GBps", "alpha_us", "duplex", "kind", "count"}
 
 
@@ -58,6 +60,10 @@ def from_dict(data: object, source: str = "topology") -> Topology:
     if not isinstance(data, dict):
         raise TopologyError(f"{source}: the top level must be an object with fields "
                             "name, ranks, fabric, links, groups")
+    if _TACCL_PROFILE & set(data):
+        raise TopologyError(f"{source}: a TACCL profiled topology (link costs per link class, "
+                            "no machine); name the machine and give the file for its costs: "
+                            f"ccweave synth ndv2:2 allgather --strategy taccl --profile {source}")
     if data.get("format", FORMAT) != FORMAT:
         raise TopologyError(f"{source}: \"format\": {data['format']!r} is not a topology "
                             f"(expected {FORMAT!r}, or no format field)")

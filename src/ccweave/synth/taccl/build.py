@@ -4,11 +4,13 @@ Schedule, then a check in simulation against the classic strategies.
 allgather and alltoall are synthesized directly; reduce-scatter is the reverse of an
 allgather synthesized on the reversed topology; allreduce is that reduce-scatter
 followed by the allgather. Every schedule is an ordinary ccweave Schedule: the verifier
-proves it and the simulator times it like any other.
+proves it and the simulator times it like any other. The schedule returned is the one
+``ccweave export`` writes: its figure is the figure of the MSCCL XML.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -21,23 +23,27 @@ from ccweave.schedule import Schedule, ScheduleBuilder
 from ccweave.synth.layout import chunks_for
 from ccweave.synth.registry import register, strategies_for, synthesize
 from ccweave.synth.taccl import logical as logical_mod
+from ccweave.synth.taccl import profile as profile_mod
 from ccweave.synth.taccl import sketch as sketch_mod
 from ccweave.synth.taccl.contiguity import (
     MAX_MERGE_BINARIES,
     MAX_SENDS,
     MERGE_ALPHA_RATIO,
+    WINDOW,
     Contiguity,
     contiguity,
     singletons,
 )
 from ccweave.synth.taccl.defaults import default_sketch, default_sketches
 from ccweave.synth.taccl.demand import Demand
-from ccweave.synth.taccl.lower import Lowered, lower
+from ccweave.synth.taccl.logical import LogicalTopology
+from ccweave.synth.taccl.lower import ChannelPolicy, Lowered, lower, serialize_local_steps
 from ccweave.synth.taccl.milp import SolverSettings
-from ccweave.synth.taccl.ordering import Ordering, order
+from ccweave.synth.taccl.ordering import Heuristic, Ordering, heuristics_for, order
 from ccweave.synth.taccl.progress import Progress
-from ccweave.synth.taccl.reduction import reduce_scatter_from
-from ccweave.synth.taccl.routing import route
+from ccweave.synth.taccl.reduction import reduce_scatter_from, reverse_order
+from ccweave.synth.taccl.routes import Routing
+from ccweave.synth.taccl.routing import RoutingMethod, route
 from ccweave.synth.taccl.sketch import Sketch
 from ccweave.topology.model import Topology
 from ccweave.units import parse_size
@@ -48,8 +54,10 @@ DEFAULT_SIZE = 64 * 2**20
 """The size a schedule is synthesized for when none is given (nccl-tests' ``size``)."""
 DEFAULT_TIME_LIMIT_S = 120.0
 """Wall-clock budget of one synthesis when none is given."""
-ROUTING_SHARE = 0.6
-"""Part of the time limit the routing stage may use; contiguity gets the rest."""
+ROUTING_SHARE = 0.4
+"""Part of a candidate's time the routing stage may use."""
+ROUTING_TIME_LIMIT_S = 10.0
+"""Default cap on the routing stage's solver time per candidate."""
 MIN_STAGE_TIME_S = 0.5
 """No solver stage gets less than this, whatever is left of the limit."""
 CHUNKUPS = {Kind.ALLGATHER: (2, 1, 4), Kind.ALLTOALL: (1, 2)}
@@ -65,8 +73,27 @@ REPLAY_ROUNDS = 3
 REPLAY_GAIN = 1e-3
 """A replay round must make the schedule this much faster to count."""
 CONTIGUITY_TIME_LIMIT_S = 3.0
-"""Default cap on the contiguity stage's solver time: its MILP closes its gap slowly,
-and its warm start is already a good schedule."""
+"""Default cap on the contiguity stage's solver time per candidate (shared by the
+orderings tried): its MILP closes its gap slowly, and its warm start is already a good
+schedule."""
+EXPORT_RESERVE = 0.1
+"""Part of the time limit kept for exporting the chosen schedule (its figure must be the
+export's)."""
+BEST = "best"
+"""Option value: try every choice and keep the schedule that simulates fastest."""
+SAME = 1e-9
+"""Relative difference below which two simulated times are the same."""
+
+
+class ReduceOrder(str, enum.Enum):
+    """How a reduce-scatter built by reversing an allgather orders each connection."""
+
+    REVERSED_TIMES = "reversed-times"
+    """What the allgather delivered last is reduced and sent first (its simulated times,
+    reversed)."""
+    REVERSE_HEURISTIC = "reverse-heuristic"
+    """TACCL's reverse scheduling: the reversed hops list-scheduled afresh, where most
+    travel meets first (:func:`~ccweave.synth.taccl.reduction.reverse_order`)."""
 
 
 @dataclass(frozen=True)
@@ -75,19 +102,38 @@ class TacclOptions:
 
     Parameters
     ----------
-    sketch: a sketch file (or a :class:`Sketch`); ``None``: read one off the topology.
+    sketch: a sketch file (ccweave's or TACCL's format), or a :class:`Sketch`; ``None``:
+        read sketches off the topology.
     size: bytes of the collective's size buffer to synthesize for (``64MB`` accepted).
     time_limit: wall-clock seconds for the whole synthesis. Each candidate gets a share
         and each solver stage a part of that; a stage at its limit returns its best
         solution so far with its MIP gap; candidates that would not finish are skipped.
-    contiguity_time_limit: at most this many of them for each contiguity solve.
+    routing: ``milp`` (TACCL's routing MILP, warm-started by the tree selection; both
+        routings are lowered and the faster kept) or ``trees`` (the tree selection alone).
+    routing_time_limit: at most this many seconds of solver time for routing, per
+        candidate.
+    relay_hops: most node-to-node hops a chunk takes (1: TACCL's relay; more: chunks
+        may be relayed on through nodes they reached, routing ``milp`` only).
+    ordering: ``best`` (every heuristic of :class:`Heuristic`, the fastest kept) or one
+        heuristic's name.
+    contiguity_time_limit: at most this many seconds for the contiguity stage of a
+        candidate, shared by the orderings tried.
+    contiguity_window: most sends one merged transfer holds (TACCL's window, 6).
     mip_gap: relative gap at which a MILP counts as solved.
-    max_paths, max_trees: candidates per (chunk, destination) and trees per root.
+    max_paths, max_trees: the tree selection's candidates per (chunk, destination) and
+        trees per root.
     contiguity: run stage 3 (merges on high-alpha links); off: stage-2 times stand.
     merge_alpha_ratio: edges whose alpha is at least this fraction of a chunk's
         streaming time are high-alpha.
     max_merges, contiguity_max_sends: caps on the contiguity MILP's merge decisions and
         sends; beyond the latter a batching heuristic merges instead.
+    reduce_order: ``best``, ``reversed-times`` or ``reverse-heuristic``
+        (:class:`ReduceOrder`), for reduce-scatter and allreduce.
+    channels: ``alternate`` or ``one`` (:class:`~ccweave.synth.taccl.lower.ChannelPolicy`).
+    profile: a TACCL profiled-topology file whose link costs replace the machine's
+        (:mod:`~ccweave.synth.taccl.profile`); ``profile_chunk`` is the chunk size its
+        betas are for (default 1MB), ``profile_scale`` the factor its figures were
+        multiplied by (default 1).
     fallback: when a classic strategy simulates faster at ``size``, return it (the
         schedule's metadata says so).
     threads: solver threads.
@@ -97,7 +143,12 @@ class TacclOptions:
     sketch: str | Sketch | None = None
     size: int = DEFAULT_SIZE
     time_limit: float = DEFAULT_TIME_LIMIT_S
+    routing: RoutingMethod = RoutingMethod.MILP
+    routing_time_limit: float = ROUTING_TIME_LIMIT_S
+    relay_hops: int = 1
+    ordering: str = BEST
     contiguity_time_limit: float = CONTIGUITY_TIME_LIMIT_S
+    contiguity_window: int = WINDOW
     mip_gap: float = 1e-3
     max_paths: int = 4
     max_trees: int = 3
@@ -105,6 +156,11 @@ class TacclOptions:
     merge_alpha_ratio: float = MERGE_ALPHA_RATIO
     max_merges: int = MAX_MERGE_BINARIES
     contiguity_max_sends: int = MAX_SENDS
+    reduce_order: str = BEST
+    channels: ChannelPolicy = ChannelPolicy.ALTERNATE
+    profile: str | None = None
+    profile_chunk: int = profile_mod.DEFAULT_CHUNK_BYTES
+    profile_scale: float = 1.0
     fallback: bool = True
     threads: int = 1
     progress: Callable[[Progress], None] | None = field(default=None, repr=False)
@@ -118,8 +174,12 @@ class TacclOptions:
             raise InputError(f"strategy 'taccl' has no option {unknown[0]!r}; it takes "
                              f"chunks, {', '.join(sorted(known))}")
         values = dict(options)
-        if "size" in values and isinstance(values["size"], str):
-            values["size"] = parse_size(values["size"])
+        for name in ("size", "profile_chunk"):
+            if name in values and isinstance(values[name], str):
+                values[name] = parse_size(values[name])
+        for name, kind in (("routing", RoutingMethod), ("channels", ChannelPolicy)):
+            if name in values:
+                values[name] = _member(kind, values[name], name)
         parsed = cls(**values)  # type: ignore[arg-type]
         parsed._check()
         return parsed
@@ -133,17 +193,44 @@ class TacclOptions:
                 kind = "a positive integer" if integer else "a positive number"
                 raise InputError(f"taccl option {name} must be {kind}, got {value!r}")
 
-        positive("size", self.size)
-        positive("time_limit", self.time_limit)
-        positive("contiguity_time_limit", self.contiguity_time_limit)
-        positive("mip_gap", self.mip_gap)
-        positive("merge_alpha_ratio", self.merge_alpha_ratio)
+        for name in ("size", "time_limit", "routing_time_limit", "contiguity_time_limit",
+                     "mip_gap", "merge_alpha_ratio", "profile_chunk", "profile_scale"):
+            positive(name, getattr(self, name))
         for name in ("max_paths", "max_trees", "max_merges", "contiguity_max_sends",
-                     "threads"):
+                     "threads", "relay_hops", "contiguity_window"):
             positive(name, getattr(self, name), integer=True)
         for name in ("contiguity", "fallback"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"taccl option {name} must be true or false")
+        _member(RoutingMethod, self.routing, "routing")
+        _member(ChannelPolicy, self.channels, "channels")
+        self.heuristics()
+        self.reduce_orders()
+        if self.relay_hops > 1 and _member(RoutingMethod, self.routing, "routing") \
+                is RoutingMethod.TREES:
+            raise InputError("taccl option relay_hops above 1 needs routing=milp (the tree "
+                             "selection relays once)")
+        if self.profile is not None and not isinstance(self.profile, (str, Path)):
+            raise InputError(f"taccl option profile must be a file name, got {self.profile!r}")
+
+    def heuristics(self) -> tuple[Heuristic, ...] | None:
+        """The ordering heuristics asked for; ``None``: every one that applies."""
+        if self.ordering == BEST:
+            return None
+        return (_member(Heuristic, self.ordering, "ordering", BEST),)
+
+    def reduce_orders(self) -> tuple[ReduceOrder, ...]:
+        if self.reduce_order == BEST:
+            return tuple(ReduceOrder)
+        return (_member(ReduceOrder, self.reduce_order, "reduce_order", BEST),)
+
+
+def _member(kind: type[enum.Enum], value: object, name: str, *extra: str):
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join([*extra, *(m.value for m in kind)])
+        raise InputError(f"taccl option {name} is {value!r}; use one of {choices}") from None
 
 
 @dataclass(frozen=True)
@@ -156,11 +243,13 @@ class StageReport:
     ordering: dict[str, object]
     contiguity: dict[str, object]
     seconds: float
+    routings: tuple[dict[str, object], ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {"sketch": self.sketch, "chunks_per_rank": self.chunks_per_rank,
-                "routing": self.routing, "ordering": self.ordering,
-                "contiguity": self.contiguity, "seconds": round(self.seconds, 3)}
+                "routing": self.routing, "routings": list(self.routings),
+                "ordering": self.ordering, "contiguity": self.contiguity,
+                "seconds": round(self.seconds, 3)}
 
 
 class _Clock:
@@ -187,62 +276,149 @@ def resolve_sketch(topology: Topology, sketch: str | Sketch | None, kind: Kind) 
     return sketch_mod.load(Path(str(sketch)))
 
 
+def profiled(topology: Topology, options: TacclOptions) -> Topology:
+    """``topology`` with the link costs of ``options.profile`` (unchanged without one)."""
+    if options.profile is None:
+        return topology
+    profile = profile_mod.load(options.profile, options.profile_chunk, options.profile_scale)
+    return profile_mod.apply(profile, topology)
+
+
+@dataclass(frozen=True)
+class Direct:
+    """An allgather or alltoall through the stages, with what reversal needs."""
+
+    schedule: Schedule
+    report: StageReport
+    logical: LogicalTopology
+    routing: Routing
+    chunk_bytes: float
+    time_s: float
+
+
+@dataclass(frozen=True)
+class _Lowering:
+    routing: Routing
+    ordering: Ordering
+    groups: Contiguity
+    schedule: Schedule
+    time_s: float
+
+
 def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: int,
-                      options: TacclOptions, clock: _Clock) -> tuple[Schedule, StageReport]:
+                      options: TacclOptions, clock: _Clock) -> Direct:
     """Allgather or alltoall through the three stages; see the module docstring."""
+
     progress = options.progress
     started = time.perf_counter()
     logical = logical_mod.apply(topology, sketch)
     collective = Collective(kind, topology.num_ranks, chunks)
     demand = Demand(collective, logical.symmetry)
     chunk_bytes = collective.chunk_bytes(options.size)
-    settings = SolverSettings(clock.stage(ROUTING_SHARE), options.mip_gap, options.threads)
-    routing = route(logical, demand, chunk_bytes, max_paths=options.max_paths,
-                    max_trees=options.max_trees, settings=settings, progress=progress)
-    if progress:
-        progress(Progress("routing", routing.note, routing.makespan_s * 1e6,
-                          gap=routing.gap, elapsed_s=routing.seconds))
-    ordering = order(logical, routing, chunk_bytes)
-    if progress:
-        progress(Progress("ordering", f"{len(ordering.sends)} sends ordered greedily, "
-                                      f"estimated makespan {ordering.makespan_s * 1e6:.1f} us"))
-    if options.contiguity:
-        settings = replace(settings, time_limit_s=min(clock.stage(1.0),
-                                                      options.contiguity_time_limit))
-        groups = contiguity(logical, ordering, chunk_bytes,
-                            alpha_ratio=options.merge_alpha_ratio,
-                            max_merges=options.max_merges,
-                            max_sends=options.contiguity_max_sends, settings=settings,
-                            progress=progress)
-    else:
-        groups = singletons(ordering, "contiguity off: stage-2 times")
-    if progress:
-        progress(Progress("contiguity", f"{groups.merges} merges, model makespan "
-                                        f"{groups.makespan_s * 1e6:.1f} us; {groups.note}"))
-    report = StageReport(
-        sketch.name, chunks,
-        {"status": routing.status, "gap": routing.gap, "seconds": round(routing.seconds, 3),
-         "makespan_us": routing.makespan_s * 1e6, "variables": routing.variables,
-         "note": routing.note},
-        {"sends": len(ordering.sends), "makespan_us": ordering.makespan_s * 1e6},
-        {"status": groups.status, "gap": groups.gap, "seconds": round(groups.seconds, 3),
-         "merges": groups.merges, "makespan_us": groups.makespan_s * 1e6,
-         "note": groups.note},
-        time.perf_counter() - started)
+    settings = SolverSettings(min(clock.stage(ROUTING_SHARE), options.routing_time_limit),
+                              options.mip_gap, options.threads)
+    routings = route(logical, demand, chunk_bytes, method=RoutingMethod(options.routing),
+                     max_paths=options.max_paths, max_trees=options.max_trees,
+                     relay_hops=options.relay_hops, settings=settings, progress=progress)
+    for routing in routings:
+        if progress:
+            progress(Progress("routing", f"{routing.method}: {routing.note}",
+                              routing.makespan_s * 1e6, gap=routing.gap,
+                              elapsed_s=routing.seconds))
     name = f"taccl({kind.value}, sketch={sketch.name}, chunks={chunks})"
     metadata = {"strategy": "taccl", "topology": topology.name, "size": options.size,
-                "taccl": report.to_dict(), **logical.describe()}
+                **logical.describe()}
+    lowerings: list[_Lowering] = []
+    tried_orders: dict[str, dict[str, float | str]] = {}
+    unique = [r for k, r in enumerate(routings)  # a MILP that kept its warm start's routes
+              if all(r.hops != earlier.hops for earlier in routings[:k])]
+    plans = [(routing, heuristic) for routing in unique
+             for heuristic in _heuristics(routing, options)]
+    seen: list[tuple[Routing, Ordering, Heuristic]] = []
+    slowest = 0.0  # wall seconds of the slowest (routing, heuristic) tried so far
+    for routing, heuristic in plans:
+        if lowerings and slowest > clock.left():
+            tried_orders.setdefault(routing.method, {})[heuristic.value] = "skipped: time"
+            continue  # would not finish within the candidate's time
+        began = time.perf_counter()
+        ordering = order(logical, routing, chunk_bytes, heuristic)
+        twin = next((h for r, o, h in seen if r is routing and o.edge_order == ordering.edge_order
+                     and o.link_order == ordering.link_order), None)
+        seen.append((routing, ordering, heuristic))
+        if twin is not None:  # the same order as a heuristic tried: the same schedule
+            tried_orders.setdefault(routing.method, {})[heuristic.value] = \
+                tried_orders[routing.method][twin.value]
+            continue
+        if options.contiguity:
+            limit = min(clock.stage(0.5), options.contiguity_time_limit) / len(plans)
+            groups = contiguity(logical, ordering, chunk_bytes,
+                                alpha_ratio=options.merge_alpha_ratio,
+                                max_merges=options.max_merges,
+                                max_sends=options.contiguity_max_sends,
+                                window=options.contiguity_window,
+                                settings=replace(settings, time_limit_s=limit),
+                                progress=progress)
+        else:
+            groups = singletons(ordering, "contiguity off: stage-2 times")
+        schedule, seconds = _lowered(topology, demand, logical, ordering, groups, name,
+                                     metadata, options)
+        tried_orders.setdefault(routing.method, {})[heuristic.value] = seconds * 1e6
+        if progress:
+            progress(Progress("ordering", f"{routing.method} routes, heuristic "
+                                          f"{heuristic.value}: {groups.merges} merges "
+                                          f"({groups.note}); {seconds * 1e6:.1f} us "
+                                          "simulated"))
+        lowerings.append(_Lowering(routing, ordering, groups, schedule, seconds))
+        slowest = max(slowest, time.perf_counter() - began)
+    kept = min(lowerings, key=lambda lowered: lowered.time_s)
+    lowered_us: dict[int, float] = {}
+    for low in lowerings:
+        lowered_us[id(low.routing)] = min(lowered_us.get(id(low.routing), math.inf),
+                                          low.time_s * 1e6)
+    routing_facts = tuple({**r.report(), "lowered_us": lowered_us[id(r)]} if id(r) in
+                          lowered_us else {**r.report(), "lowered": "the same routes as the "
+                                                                    "tree selection"}
+                          for r in routings)
+    report = StageReport(
+        sketch.name, chunks, {**kept.routing.report(), "kept": kept.routing.method},
+        {"heuristic": kept.ordering.heuristic.value, "sends": len(kept.ordering.sends),
+         "makespan_us": kept.ordering.makespan_s * 1e6,
+         "tried_us": tried_orders.get(kept.routing.method, {})},
+        {"status": kept.groups.status, "gap": kept.groups.gap,
+         "seconds": round(kept.groups.seconds, 3), "merges": kept.groups.merges,
+         "makespan_us": kept.groups.makespan_s * 1e6, "note": kept.groups.note},
+        time.perf_counter() - started, routing_facts)
+    schedule = kept.schedule.with_name(name, taccl=report.to_dict())
+    return Direct(schedule, report, logical, kept.routing, chunk_bytes, kept.time_s)
+
+
+def _heuristics(routing: Routing, options: TacclOptions) -> tuple[Heuristic, ...]:
+    """The ordering heuristics to try for ``routing``: those asked for that apply."""
+    usable = heuristics_for(routing)
+    return tuple(h for h in options.heuristics() or usable if h in usable) or \
+        (Heuristic.EARLIEST_START,)  # solver times asked for, but these routes have none
+
+
+def _lowered(topology: Topology, demand: Demand, logical: LogicalTopology,
+             ordering: Ordering, groups: Contiguity, name: str, metadata: dict[str, object],
+             options: TacclOptions) -> tuple[Schedule, float]:
+    """The fastest lowering of ``groups`` over the port orders, replayed, with each rank's
+    local steps in threadblock order; and its simulated time."""
+    from ccweave.simulate import simulate
+
     best: tuple[float, Schedule] | None = None
     for port_order in PORT_ORDERS:
         schedule, seconds = _replayed(
             topology, options.size, ordering, groups,
             lambda priority, port_order=port_order: lower(
-                demand, logical, ordering, groups, name, {**metadata, "port_order": port_order},
-                port_order=port_order, priority=priority))
+                demand, logical, ordering, groups, name,
+                {**metadata, "port_order": port_order}, port_order=port_order,
+                priority=priority, channels=ChannelPolicy(options.channels)))
         if best is None or seconds < best[0] * (1 - REPLAY_GAIN):
             best = (seconds, schedule)
     assert best is not None
-    return best[1], report
+    schedule = serialize_local_steps(best[1], topology, options.size)
+    return schedule, simulate(schedule, topology, options.size).time_s
 
 
 def _replayed(topology: Topology, size: float, ordering: Ordering, groups: Contiguity,
@@ -294,12 +470,12 @@ def synthesize_taccl(topology: Topology, kind: Kind, chunks: int | None,
     """The taccl pipeline for any of its collectives, without the classic fallback: every
     candidate (:func:`candidates`) is synthesized and simulated at ``options.size``, and
     the fastest is returned; its metadata lists them all."""
-    from ccweave.simulate import simulate
 
     if topology.num_ranks == 1:
         return _alone(kind, chunks_for(chunks))
+    topology = profiled(topology, options)
     tried = candidates(topology, kind, chunks, options)
-    clock = _Clock(options.time_limit)
+    clock = _Clock(options.time_limit * (1 - EXPORT_RESERVE))
     best: tuple[float, Schedule] | None = None
     results: list[dict[str, object]] = []
     per_chunk = 0.0  # most wall seconds a candidate took per chunk per rank
@@ -310,8 +486,7 @@ def synthesize_taccl(topology: Topology, kind: Kind, chunks: int | None,
             continue
         started = time.perf_counter()
         share = _Clock(clock.left() / (len(tried) - number))
-        schedule = _one(topology, kind, sketch, count, options, share)
-        seconds = simulate(schedule, topology, options.size).time_s
+        schedule, seconds = _one(topology, kind, sketch, count, options, share)
         per_chunk = max(per_chunk, (time.perf_counter() - started) / count)
         results.append({"sketch": sketch.name, "chunks": count, "time_us": seconds * 1e6})
         if options.progress and len(tried) > 1:
@@ -321,7 +496,31 @@ def synthesize_taccl(topology: Topology, kind: Kind, chunks: int | None,
         if best is None or seconds < best[0]:
             best = (seconds, schedule)
     assert best is not None
-    return best[1].with_name(best[1].name, candidates=results)
+    chosen = best[1].with_name(best[1].name, candidates=results)
+    if options.profile is not None:
+        chosen = chosen.with_name(chosen.name, profiled_topology=topology.name)
+    return as_exported(chosen, topology, options.size, best[0])
+
+
+def as_exported(schedule: Schedule, topology: Topology, size: int, seconds: float
+                ) -> Schedule:
+    """The schedule MSCCL's export runs: ``schedule`` when its XML times the same (no
+    fused step adds a wait), else the schedule read back from the XML, so the figure
+    reported is the XML's. An export the runtime would refuse is said in the metadata."""
+    from ccweave.export.msccl_xml import as_run
+    from ccweave.simulate import simulate
+
+    try:
+        exported = as_run(schedule)
+    except InputError as error:
+        return schedule.with_name(schedule.name, export=f"MSCCL export refuses it: {error}")
+    exported_s = simulate(exported, topology, size).time_s
+    if exported_s <= seconds * (1 + SAME):
+        return schedule.with_name(schedule.name, export="the MSCCL XML runs this order "
+                                  f"({exported_s * 1e6:.1f} us simulated)")
+    note = (f"the MSCCL XML's threadblocks add waits ({seconds * 1e6:.1f} us -> "
+            f"{exported_s * 1e6:.1f} us simulated): this is the schedule the XML describes")
+    return exported.with_name(schedule.name, **schedule.metadata, export=note)
 
 
 def _alone(kind: Kind, chunks: int) -> Schedule:
@@ -332,29 +531,57 @@ def _alone(kind: Kind, chunks: int) -> Schedule:
 
 
 def _one(topology: Topology, kind: Kind, sketch: Sketch, chunks: int,
-         options: TacclOptions, clock: _Clock) -> Schedule:
+         options: TacclOptions, clock: _Clock) -> tuple[Schedule, float]:
     """One sketch at one chunk count: the stages for allgather or alltoall, and the
-    reduce-scatter and allreduce built from allgathers."""
+    reduce-scatter and allreduce built from allgathers; the schedule and its simulated
+    time at ``options.size``."""
     from ccweave import transforms
+    from ccweave.simulate import simulate
 
     if kind in (Kind.ALLGATHER, Kind.ALLTOALL):
-        return synthesize_direct(topology, kind, sketch, chunks, options, clock)[0]
+        direct = synthesize_direct(topology, kind, sketch, chunks, options, clock)
+        return direct.schedule, direct.time_s
     if self_reverse(topology):
         allgather = synthesize_direct(topology, Kind.ALLGATHER, sketch, chunks, options,
-                                      clock)[0]
-        reduce_scatter = reduce_scatter_from(allgather, topology, options.size)
+                                      clock)
+        reversed_ag = allgather
     else:
         half = _Clock(clock.left() / 2)
         reversed_ag = synthesize_direct(topology.reversed(), Kind.ALLGATHER, sketch, chunks,
-                                        options, half)[0]
-        reduce_scatter = reduce_scatter_from(reversed_ag, topology, options.size)
+                                        options, half)
         allgather = synthesize_direct(topology, Kind.ALLGATHER, sketch, chunks, options,
-                                      clock)[0]
+                                      clock)
     name = f"taccl({kind.value}, sketch={sketch.name}, chunks={chunks})"
-    if kind is Kind.REDUCESCATTER:
-        return reduce_scatter.with_name(name, built_from="reverse(allgather)")
-    return transforms.concat(reduce_scatter, allgather).with_name(
-        name, built_from="reverse(allgather) + allgather")
+    built_from = "reverse(allgather)" if kind is Kind.REDUCESCATTER else \
+        "reverse(allgather) + allgather"
+    best: tuple[float, Schedule, str] | None = None
+    times: dict[str, float] = {}
+    for label, reduce_scatter in _reduce_scatters(reversed_ag, topology, options):
+        schedule = reduce_scatter if kind is Kind.REDUCESCATTER else \
+            transforms.concat(reduce_scatter, allgather.schedule)
+        schedule = serialize_local_steps(schedule, topology, options.size)
+        seconds = simulate(schedule, topology, options.size).time_s
+        schedule = schedule.with_name(name, built_from=built_from)
+        times[label] = seconds * 1e6
+        if best is None or seconds < best[0] * (1 - SAME):
+            best = (seconds, schedule, label)
+    assert best is not None
+    return best[1].with_name(name, reduce_order={"kept": best[2], "tried_us": times}), best[0]
+
+
+def _reduce_scatters(allgather: Direct, topology: Topology, options: TacclOptions
+                     ) -> list[tuple[str, Schedule]]:
+    """The reduce-scatters reversing ``allgather``: each connection order of
+    ``reduce_order``, each with fan-in through local reductions and on arrival."""
+    built = []
+    for how in options.reduce_orders():
+        priority = None if how is ReduceOrder.REVERSED_TIMES else reverse_order(
+            allgather.schedule, allgather.logical, allgather.routing, allgather.chunk_bytes)
+        for unfuse in (True, False):
+            label = f"{how.value}, fan-in {'local-reduce' if unfuse else 'on-arrival'}"
+            built.append((label, reduce_scatter_from(allgather.schedule, topology,
+                                                     options.size, priority, unfuse)))
+    return built
 
 
 def _best_classic(topology: Topology, kind: Kind, size: int
@@ -394,6 +621,7 @@ def build_taccl(topology: Topology, kind: Kind, *, root: int = 0, chunks: int | 
     schedule = synthesize_taccl(topology, kind, chunks, opts)
     if not opts.fallback:
         return schedule
+    topology = profiled(topology, opts)  # the costs the schedule was made for
     ours = simulate(schedule, topology, opts.size).time_s
     best = _best_classic(topology, kind, opts.size)
     facts = {"taccl_time_us": ours * 1e6, "taccl_schedule": schedule.name}

@@ -14,15 +14,24 @@ STRATEGY = "taccl"
 
 
 def add_flags(parser) -> None:
-    """``--sketch``, ``--size`` and ``--time-limit``."""
+    """``--sketch``, ``--profile``, ``--size``, ``--time-limit`` and
+    ``--contiguity-time-limit``."""
     parser.add_argument("--sketch", metavar="FILE",
-                        help="communication sketch (JSON, docs/sketches.md) for --strategy "
-                             "taccl; default: sketches read off the topology")
+                        help="communication sketch for --strategy taccl: ccweave's JSON "
+                             "(docs/sketches.md) or TACCL's own sketch file; default: "
+                             "sketches read off the topology")
+    parser.add_argument("--profile", metavar="FILE",
+                        help="TACCL profiled topology (its --topology-file, e.g. "
+                             "topo-ndv2-1MB.json) whose link costs taccl uses; see "
+                             "--option profile_chunk=, profile_scale=")
     parser.add_argument("--size", metavar="SIZE",
                         help="size to synthesize for (taccl), e.g. 64MB (default 64MB)")
     parser.add_argument("--time-limit", type=float, metavar="SECONDS",
                         help="time budget in seconds (taccl, default 120); a solver stage at "
                              "its limit returns the best schedule so far with its MIP gap")
+    parser.add_argument("--contiguity-time-limit", type=float, metavar="SECONDS",
+                        help="most seconds of the contiguity stage per candidate, shared "
+                             "by the orderings tried (taccl, default 3)")
 
 
 def flag_options(args) -> dict[str, object]:
@@ -34,6 +43,10 @@ def flag_options(args) -> dict[str, object]:
         options["size"] = parse_size(args.size)
     if getattr(args, "time_limit", None) is not None:
         options["time_limit"] = args.time_limit
+    if getattr(args, "profile", None) is not None:
+        options["profile"] = args.profile
+    if getattr(args, "contiguity_time_limit", None) is not None:
+        options["contiguity_time_limit"] = args.contiguity_time_limit
     return options
 
 
@@ -52,10 +65,18 @@ def notes(schedule: Schedule) -> list[str]:
     lines = []
     report = schedule.metadata.get("taccl")
     if isinstance(report, dict):
-        for stage in ("routing", "contiguity"):
-            facts = report.get(stage)
+        routings = report.get("routings") or [report.get("routing")]
+        for facts in routings:
             if isinstance(facts, dict) and facts.get("note"):
-                lines.append(f"{stage}: {facts['note']}")
+                lines.append(f"routing ({facts.get('method', 'trees')}): {facts['note']}")
+        ordering = report.get("ordering")
+        if isinstance(ordering, dict) and ordering.get("heuristic"):
+            lines.append(f"ordering: heuristic {ordering['heuristic']}")
+        facts = report.get("contiguity")
+        if isinstance(facts, dict) and facts.get("note"):
+            lines.append(f"contiguity: {facts['note']}")
+    if schedule.metadata.get("export"):
+        lines.append(f"export: {schedule.metadata['export']}")
     if schedule.metadata.get("fallback"):
         lines.append(str(schedule.metadata["fallback"]))
     return lines

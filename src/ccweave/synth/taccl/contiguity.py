@@ -5,7 +5,8 @@ The order of sends on each logical edge and physical link comes from stage 2. Se
 that follow each other on a high-alpha edge (one that leaves the node, or any edge on
 a one-node machine, whose latency is large next to one chunk's streaming time) may be
 *merged*: one transfer of
-several chunks pays the latency once, but nothing in it arrives before all of it.
+several chunks pays the latency once, but nothing in it arrives before all of it. As in
+TACCL, a merged transfer holds at most ``window`` consecutive sends (TACCL's window of 6).
 The model, per send ``i``: start ``t``, end of streaming ``e``, arrival ``a`` (the end
 of its group); a chunk leaves a rank only after it arrived there; an edge carries one
 group at a time (a connection is FIFO); a physical link streams the sends stage 2
@@ -38,6 +39,8 @@ _SLACK = 1e-6
 MAX_SENDS = 5000
 """Largest number of sends the MILP is built for; beyond it (tens of thousands of
 continuous variables) the batching heuristic decides the merges."""
+WINDOW = 6
+"""Most sends one merged transfer may hold (TACCL's ``max_contig``)."""
 EARLY_ARRIVAL_WEIGHT = 1e-3
 """Weight of the mean arrival time beside the makespan: among equal makespans, earlier."""
 
@@ -82,7 +85,7 @@ def high_alpha_edges(logical: LogicalTopology, chunk_bytes: float,
 def contiguity(logical: LogicalTopology, ordering: Ordering, chunk_bytes: float, *,
                alpha_ratio: float = MERGE_ALPHA_RATIO,
                max_merges: int = MAX_MERGE_BINARIES,
-               max_sends: int = MAX_SENDS,
+               max_sends: int = MAX_SENDS, window: int = WINDOW,
                settings: SolverSettings = DEFAULT_SETTINGS,
                progress: Callable[[Progress], None] | None = None) -> Contiguity:
     """Decide merges and send times; see the module docstring."""
@@ -100,11 +103,11 @@ def contiguity(logical: LogicalTopology, ordering: Ordering, chunk_bytes: float,
             mergeable.add(e)
             budget -= need
     if len(ordering.sends) > max_sends:
-        return _grouped(ordering, batches(ordering, mergeable),
+        return _grouped(ordering, batches(ordering, mergeable, window),
                         f"{len(ordering.sends)} sends are more than the MILP takes "
                         f"({max_sends}): merges by the batching heuristic", "heuristic")
-    model, columns, warm = _build(logical, ordering, chunk_bytes, mergeable)
-    warm = _best_warm_start(model, columns, warm, ordering, settings)
+    model, columns, warm = _build(logical, ordering, chunk_bytes, mergeable, window)
+    warm = _best_warm_start(model, columns, warm, ordering, settings, window)
     if progress:
         progress(Progress("contiguity", f"MILP with {model.num_vars} variables "
                                         f"({model.num_integers} merge decisions on "
@@ -134,22 +137,37 @@ def contiguity(logical: LogicalTopology, ordering: Ordering, chunk_bytes: float,
                       result.status, result.gap, result.seconds, merges, result.describe())
 
 
-def batches(ordering: Ordering, mergeable: set[int]) -> set[int]:
+def batched(logical: LogicalTopology, ordering: Ordering, chunk_bytes: float, *,
+            alpha_ratio: float = MERGE_ALPHA_RATIO, window: int = WINDOW) -> Contiguity:
+    """Merges by the batching heuristic alone (no solver): a quick stage 3 for comparing
+    orderings."""
+    eligible = high_alpha_edges(logical, chunk_bytes, alpha_ratio)
+    mergeable = {e for e in eligible if len(ordering.edge_order.get(e, ())) > 1}
+    if not mergeable:
+        return singletons(ordering, "no high-alpha edge carries two sends: stage-2 times")
+    return _grouped(ordering, batches(ordering, mergeable, window),
+                    "merges by the batching heuristic", "heuristic")
+
+
+def batches(ordering: Ordering, mergeable: set[int], window: int = WINDOW) -> set[int]:
     """The batching heuristic: when a high-alpha edge frees up, it sends every chunk that
-    has arrived (by stage 2's times) as one transfer. Returns the sends that join the
-    transfer of the send before them."""
+    has arrived (by stage 2's times) as one transfer, at most ``window`` of them. Returns
+    the sends that join the transfer of the send before them."""
     joined: set[int] = set()
     for edge, sequence in ordering.edge_order.items():
         if edge not in mergeable:
             continue
         group_start = None
+        size = 0
         for k in sequence:
             ready = 0.0 if ordering.sends[k].parent < 0 else \
                 ordering.finish[ordering.sends[k].parent]
-            if group_start is not None and ready <= group_start + 1e-15:
+            if group_start is not None and ready <= group_start + 1e-15 and size < window:
                 joined.add(k)
+                size += 1
             else:
                 group_start = ordering.start[k]
+                size = 1
     return joined
 
 
@@ -176,11 +194,11 @@ def _grouped(ordering: Ordering, joined: set[int], note: str, status: str) -> Co
 
 
 def _best_warm_start(model: Model, columns, warm: np.ndarray, ordering: Ordering,
-                     settings: SolverSettings) -> np.ndarray:
+                     settings: SolverSettings, window: int) -> np.ndarray:
     """The better of stage 2's times (no merges) and the batching heuristic, the latter
     timed exactly by the model with its merges fixed (an LP)."""
     merge = columns[3]
-    joined = batches(ordering, {ordering.sends[k].edge for k in merge})
+    joined = batches(ordering, {ordering.sends[k].edge for k in merge}, window)
     decisions = {column: float(k in joined) for k, column in merge.items()}
     if not joined:
         return warm
@@ -188,11 +206,11 @@ def _best_warm_start(model: Model, columns, warm: np.ndarray, ordering: Ordering
         timed = model.fixed(decisions).solve(settings)
     except SolverError:
         return warm
-    return timed.values if timed.objective < float(warm @ np.array(model._cost)) else warm
+    return timed.values if timed.objective < model.cost_of(warm) else warm
 
 
 def _build(logical: LogicalTopology, ordering: Ordering, chunk_bytes: float,
-           mergeable: set[int]):
+           mergeable: set[int], window: int):
     sends = ordering.sends
     count = len(sends)
     edges = logical.edges
@@ -231,6 +249,10 @@ def _build(logical: LogicalTopology, ordering: Ordering, chunk_bytes: float,
                 model.add_row([arrival[prev], arrival[k], m], [1.0, -1.0, -big], -big)
             else:
                 model.add_row([start[k], end[prev]], [1.0, -1.0], 0.0)
+    for e in mergeable:  # a merged transfer holds at most ``window`` sends
+        joins = [merge[i] for i in ordering.edge_order[e][1:]]
+        for k in range(len(joins) - window + 1):
+            model.add_row(joins[k:k + window], [1.0] * window, upper=window - 1)
     for link, sequence in ordering.link_order.items():
         stream = chunk_bytes / topology.links[link].bandwidth * US_PER_S
         for prev, k in itertools.pairwise(sequence):

@@ -9,8 +9,10 @@ reduce-scatter and allreduce built from it), two variants:
   one with the cheapest way to it, to its namesake in every other node;
 - ``relay-all``: every rank relays to its namesake (``direct-map``).
 
-For alltoall every rank may send to every remote rank (``fully-connected``): its
-chunks have one destination each, and relaying them only adds hops. Symmetry:
+For alltoall every rank may send to every remote rank (``fully-connected``), and, as
+TACCL's alltoall sketches do, ``relay-per-nic``: one rank per NIC gathers its node's
+chunks and sends them across to its namesakes, where the contiguity stage merges them
+into few large messages (what pays where every message has a cost of its own). Symmetry:
 whole-node rotation, and the finest rotation inside a node that the machine really
 has; each is kept only if the topology passes the check a user's offsets get.
 """
@@ -55,6 +57,11 @@ def default_sketches(topology: Topology, kind: Kind = Kind.ALLGATHER) -> list[Sk
         variants = [("one-node", base)]
     elif kind is Kind.ALLTOALL:
         variants = [("fully-connected", base)]
+        mapped = replace(base, internode=InternodeSketch(Connections.DIRECT_MAP))
+        relays = _relay_per_nic(topology, mapped) if _fits(topology, mapped) else None
+        if relays:
+            variants.append(("relay-per-nic", replace(mapped, internode=InternodeSketch(
+                Connections.DIRECT_MAP, senders=relays))))
     else:
         relays = _relay_per_nic(topology, base) \
             if base.internode.connections is Connections.DIRECT_MAP else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from ccweave.errors import InputError
@@ -124,6 +124,12 @@ def apply(topology: Topology, sketch: Sketch) -> LogicalTopology:
     """
     nodes = tuple(topology.groups.get("node", ())) or (tuple(topology.ranks),)
     source = sketch.source
+    if sketch.nodes is not None and sketch.nodes != len(nodes):
+        raise InputError(f"{source}: the sketch is for {sketch.nodes} node(s) (nnodes) but "
+                         f"{topology.name!r} has {len(nodes)}; use a sketch written for "
+                         f"{len(nodes)} node(s) or a machine with {sketch.nodes}")
+    if sketch.intranode.strategy is Intranode.NONE:
+        sketch = _resolve_none(topology, sketch, nodes)
     edges = _intranode_edges(topology, sketch, nodes)
     if len(nodes) > 1:
         edges += _internode_edges(topology, sketch, nodes)
@@ -169,6 +175,31 @@ def _intranode_edges(topology: Topology, sketch: Sketch,
                 edges.append(_edge(topology, u, v, route, False,
                                    switch if intra.strategy is Intranode.SWITCH else None))
     return edges
+
+
+def _resolve_none(topology: Topology, sketch: Sketch,
+                  nodes: tuple[tuple[int, ...], ...]) -> Sketch:
+    """TACCL's ``none``: the first of direct links, the switch, every route that holds each
+    node together."""
+    for strategy in (Intranode.LINKS, Intranode.SWITCH, Intranode.ROUTES):
+        trial = replace(sketch, intranode=replace(sketch.intranode, strategy=strategy))
+        adjacency: dict[int, list[int]] = {}
+        for e in _intranode_edges(topology, trial, nodes):
+            adjacency.setdefault(e.src, []).append(e.dst)
+        if all(set(node) <= _reach_map(adjacency, u) for node in nodes for u in node):
+            return trial
+    return replace(sketch, intranode=replace(sketch.intranode, strategy=Intranode.ROUTES))
+
+
+def _reach_map(adjacency: dict[int, list[int]], start: int) -> set[int]:
+    seen = {start}
+    stack = [start]
+    while stack:
+        for v in adjacency.get(stack.pop(), ()):
+            if v not in seen:
+                seen.add(v)
+                stack.append(v)
+    return seen
 
 
 def _switch_on(topology: Topology, route: tuple[int, ...]) -> str | None:

@@ -10,23 +10,45 @@ dependencies come from the slots, through :class:`~ccweave.schedule.ScheduleBuil
 Sends of one rank through a shared port (its way to the NIC) also go one after
 another, so a NIC carries a few chunks at a time in stage 2's order instead of all at
 once (the simulator shares a link fairly between everything on it).
+
+Channels (:class:`ChannelPolicy`) decide what MSCCL's export may fuse: with the default,
+a chunk's consecutive hops run on channels 0 and 1 in turn, so no receive is fused with
+the send that forwards it and every threadblock runs exactly the order scored here.
 """
 
 from __future__ import annotations
 
+import enum
 import heapq
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ccweave.collectives import Buffer
+from ccweave.errors import InputError
 from ccweave.schedule import Schedule, ScheduleBuilder
 from ccweave.synth.taccl.contiguity import Contiguity
 from ccweave.synth.taccl.demand import Demand
 from ccweave.synth.taccl.logical import LogicalTopology
 from ccweave.synth.taccl.ordering import Ordering
+from ccweave.topology.model import Topology
 
 Slot = tuple[Buffer, int]
+
+
+class ChannelPolicy(str, enum.Enum):
+    """How transfers are spread over channels (MSCCL's ``chan``: a threadblock serves one
+    peer and direction per channel, and a receive fuses with the send that forwards it
+    only on one channel)."""
+
+    ALTERNATE = "alternate"
+    """A chunk's hops alternate between channels 0 and 1 (local copies take the channel of
+    the transfer they serve): the export fuses no relay step, so the XML runs exactly the
+    order the schedule states (what the simulator scored)."""
+    ONE = "one"
+    """Everything on channel 0, as TACCL's ``One`` policy: the export fuses relays into
+    ``rcs`` steps, whose threadblocks add waits the schedule does not state (the taccl
+    strategy then scores and returns the schedule the XML describes)."""
 
 
 def shared_ports(logical: LogicalTopology, scope: str) -> dict[int, tuple[int, ...]]:
@@ -54,12 +76,14 @@ class Lowered:
 
 def lower(demand: Demand, logical: LogicalTopology, ordering: Ordering,
           contiguity: Contiguity, name: str, metadata: Mapping[str, object],
-          port_order: str = "internode", priority: Sequence[float] | None = None) -> Lowered:
+          port_order: str = "internode", priority: Sequence[float] | None = None,
+          channels: ChannelPolicy = ChannelPolicy.ALTERNATE) -> Lowered:
     """The schedule that carries out ``contiguity``'s groups; see the module docstring.
 
     ``port_order``: which sends through a rank's shared port also go one after another
     (see :func:`shared_ports`). ``priority``: per group, the time it should go (default:
-    stage 3's start times); queues serve groups in this order.
+    stage 3's start times); queues serve groups in this order. ``channels``: see
+    :class:`ChannelPolicy`.
     """
     coll = demand.collective
     builder = ScheduleBuilder(coll)
@@ -74,6 +98,9 @@ def lower(demand: Demand, logical: LogicalTopology, ordering: Ordering,
     last_on: dict[object, int] = {}
     ports = shared_ports(logical, port_order)
     sends = ordering.sends
+    depth = [0] * len(sends)
+    for i, send in enumerate(sends):  # parents come first
+        depth[i] = 0 if send.parent < 0 else depth[send.parent] + 1
     carrier = [0] * len(contiguity.groups)
     for number in _in_order(ordering, contiguity, priority or contiguity.start_s):
         group = contiguity.groups[number]
@@ -94,11 +121,12 @@ def lower(demand: Demand, logical: LogicalTopology, ordering: Ordering,
         else:
             dst, unpack = (Buffer.SCRATCH, scratch[v]), True
             scratch[v] += count
-        src = _gathered(builder, u, [where[(ch, u)] for ch in chunks], scratch)
+        channel = depth[group[0]] % 2 if channels is ChannelPolicy.ALTERNATE else 0
+        src = _gathered(builder, u, [where[(ch, u)] for ch in chunks], scratch, channel)
         queues = [("edge", sends[group[0]].edge),
                   *(("port", u, link) for link in ports.get(sends[group[0]].edge, ()))]
         after = [last_on[q] for q in queues if q in last_on]
-        index = builder.copy(u, v, src, dst, count=count, after=after)
+        index = builder.copy(u, v, src, dst, count=count, after=after, channel=channel)
         carrier[number] = index
         for q in queues:
             last_on[q] = index
@@ -106,12 +134,12 @@ def lower(demand: Demand, logical: LogicalTopology, ordering: Ordering,
             slot = (dst[0], dst[1] + j)
             where[(ch, v)] = slot
             if unpack and target is not None:
-                builder.copy(v, v, slot, (Buffer.OUTPUT, target))
+                builder.copy(v, v, slot, (Buffer.OUTPUT, target), channel=channel)
     return Lowered(builder.build(name, **metadata), tuple(carrier))
 
 
 def _gathered(builder: ScheduleBuilder, rank: int, slots: list[Slot],
-              scratch: list[int]) -> Slot:
+              scratch: list[int], channel: int) -> Slot:
     """A run of consecutive slots holding ``slots``' chunks in order at ``rank``: the
     slots themselves when they are one, else a scratch run filled by local copies."""
     first = slots[0]
@@ -120,7 +148,7 @@ def _gathered(builder: ScheduleBuilder, rank: int, slots: list[Slot],
     base = scratch[rank]
     scratch[rank] += len(slots)
     for j, slot in enumerate(slots):
-        builder.copy(rank, rank, slot, (Buffer.SCRATCH, base + j))
+        builder.copy(rank, rank, slot, (Buffer.SCRATCH, base + j), channel=channel)
     return Buffer.SCRATCH, base
 
 
@@ -175,3 +203,34 @@ def _topological(ordering: Ordering, contiguity: Contiguity,
             if not waiting[h]:
                 heapq.heappush(heap, (priority[h], h))
     return result if len(result) == len(needs) else None
+
+
+def serialize_local_steps(schedule: Schedule, topology: Topology, size: float) -> Schedule:
+    """Each rank's local copies and reductions on one channel, one after another in the
+    order they start when simulated at ``size``: MSCCL runs them in one threadblock, one
+    step after the other, so the schedule says so (and its export adds no wait it does
+    not state). Returns ``schedule`` itself when that order would not be acyclic."""
+    from ccweave.schedule import topological_order
+    from ccweave.simulate import simulate
+
+    start = simulate(schedule, topology, size).start
+    lanes: dict[tuple[int, int], list[int]] = {}
+    for index, t in enumerate(schedule.transfers):
+        if t.is_local:
+            lanes.setdefault((t.src, t.channel), []).append(index)
+    previous: dict[int, int] = {}
+    for members in lanes.values():
+        members.sort(key=lambda i: (start[i], i))
+        for before, after in itertools.pairwise(members):
+            if before not in schedule.transfers[after].deps:
+                previous[after] = before
+    if not previous:
+        return schedule
+    transfers = tuple(replace(t, deps=tuple(sorted({*t.deps, previous[i]})))
+                      if i in previous else t for i, t in enumerate(schedule.transfers))
+    chained = replace(schedule, transfers=transfers)
+    try:
+        topological_order(chained.transfers)
+    except InputError:
+        return schedule
+    return chained

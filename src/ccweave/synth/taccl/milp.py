@@ -39,32 +39,57 @@ class SolverSettings:
 DEFAULT_SETTINGS = SolverSettings()
 
 
+OPTIMAL = "optimal"
+"""Status of a solve whose incumbent meets its bound (HiGHS's gap is zero)."""
+WITHIN_GAP = "within gap"
+"""Status of a solve HiGHS stopped because its gap fell below the ``mip_gap`` tolerance:
+the incumbent is within that gap of optimal, not proven optimal."""
+TIME_LIMIT = "time limit"
+"""Status of a solve stopped by its time limit: the best solution found, with its gap."""
+ZERO_GAP = 1e-9
+"""A relative gap at most this is reported as zero (optimal)."""
+
+
 @dataclass(frozen=True)
 class MilpResult:
     """A solve's outcome: the values and how good they are known to be."""
 
     status: str
-    """``optimal``, or ``time limit`` (best found, see ``gap``)."""
+    """:data:`OPTIMAL`, :data:`WITHIN_GAP` or :data:`TIME_LIMIT`."""
     values: np.ndarray
     objective: float
     bound: float
     gap: float
-    """Relative MIP gap (0 when optimal, ``inf`` when no bound is known)."""
+    """HiGHS's relative MIP gap of the incumbent (``inf`` when no bound is known)."""
     seconds: float
+    tolerance: float = 0.0
+    """The ``mip_gap`` the solve ran with."""
 
     @property
     def optimal(self) -> bool:
-        return self.status == "optimal"
+        """Proven optimal: the gap is zero."""
+        return self.status == OPTIMAL
+
+    @property
+    def solved(self) -> bool:
+        """Optimal, or within the requested gap tolerance."""
+        return self.status in (OPTIMAL, WITHIN_GAP)
 
     def describe(self) -> str:
-        if self.optimal:
-            return f"optimal in {self.seconds:.1f} s"
+        if self.status == OPTIMAL:
+            return f"optimal in {self.seconds:.1f} s (MIP gap 0)"
+        if self.status == WITHIN_GAP:
+            return (f"stopped after {self.seconds:.1f} s at MIP gap {_percent(self.gap)}, "
+                    f"within the {_percent(self.tolerance)} tolerance (mip_gap): not proven "
+                    "optimal")
         return (f"stopped at the time limit after {self.seconds:.1f} s with MIP gap "
                 f"{_percent(self.gap)}: the best schedule found, not proven optimal")
 
 
 def _percent(gap: float) -> str:
-    return "unknown" if not math.isfinite(gap) else f"{100 * gap:.1f}%"
+    if not math.isfinite(gap):
+        return "unknown"
+    return f"{100 * gap:.2g}%" if 0 < gap < 1e-3 else f"{100 * gap:.1f}%"
 
 
 class Model:
@@ -106,6 +131,9 @@ class Model:
         self._integer += [binary] * count
         return range(first, first + count)
 
+    def set_upper(self, column: int, upper: float) -> None:
+        self._upper[column] = upper
+
     def set_cost(self, column: int, cost: float) -> None:
         self._cost[column] = cost
 
@@ -121,6 +149,43 @@ class Model:
         for column, value in values.items():
             copy._lower[column] = copy._upper[column] = value
             copy._integer[column] = False
+        return copy
+
+    def cost_of(self, values: np.ndarray) -> float:
+        """The objective at ``values``."""
+        return float(np.asarray(values, dtype=float) @ np.array(self._cost))
+
+    def least_feasible(self, values: np.ndarray, column: int) -> tuple[float, int | None]:
+        """The least value of ``column`` that satisfies every row's upper bound given the
+        other columns' ``values``, for rows where it has a negative coefficient (a
+        makespan ``T`` with rows ``sum - T <= b``), at least its lower bound; and the row
+        that sets it (``None``: the lower bound does)."""
+        values = np.asarray(values, dtype=float)
+        least, binding = self._lower[column], None
+        index, value = self._index, self._value
+        for row in range(self.num_rows):
+            begin, end = self._row_start[row], self._row_start[row + 1]
+            coef = 0.0
+            rest = 0.0
+            for k in range(begin, end):
+                if index[k] == column:
+                    coef = value[k]
+                else:
+                    rest += value[k] * values[index[k]]
+            if coef >= 0 or not math.isfinite(self._row_upper[row]):
+                continue
+            need = (rest - self._row_upper[row]) / -coef
+            if need > least:
+                least, binding = need, row
+        return least, binding
+
+    def relaxation(self, column: int) -> Model:
+        """The LP relaxation (no integers) that minimises ``column`` alone: its optimum is
+        a lower bound on ``column`` over every solution of this model."""
+        copy = self.fixed({})
+        copy._integer = [False] * self.num_vars
+        copy._cost = [0.0] * self.num_vars
+        copy._cost[column] = 1.0
         return copy
 
     def add_row(self, columns: Sequence[int], coefficients: Sequence[float],
@@ -174,18 +239,22 @@ class Model:
         info = highs.getInfo()
         has_solution = info.primal_solution_status == 2
         if status == highspy.HighsModelStatus.kOptimal:
-            label, gap = "optimal", 0.0
+            gap = max(float(info.mip_gap), 0.0) if len(integers) else 0.0
+            if not math.isfinite(gap):
+                gap = 0.0
+            label = OPTIMAL if gap <= ZERO_GAP else WITHIN_GAP
         elif has_solution and status in (highspy.HighsModelStatus.kTimeLimit,
                                          highspy.HighsModelStatus.kInterrupt,
                                          highspy.HighsModelStatus.kSolutionLimit):
-            label = "time limit"
+            label = TIME_LIMIT
             gap = float(info.mip_gap) if len(integers) else INF
         elif status == highspy.HighsModelStatus.kInfeasible:
             raise SolverError(f"{self.name}: the model is infeasible")
         elif warm_start is not None:  # out of time before HiGHS took any solution: ours
             values = np.asarray(warm_start, dtype=float)
             objective = float(values @ np.array(self._cost))
-            return MilpResult("time limit", values, objective, -INF, INF, seconds)
+            return MilpResult(TIME_LIMIT, values, objective, -INF, INF, seconds,
+                              settings.mip_gap)
         else:
             raise SolverError(f"{self.name}: HiGHS stopped ({highs.modelStatusToString(status)}) "
                               f"after {seconds:.1f} s without a solution; raise the time limit")
@@ -194,7 +263,8 @@ class Model:
         bound = float(info.mip_dual_bound) if len(integers) else objective
         if len(integers) and not math.isfinite(gap):
             gap = INF
-        return MilpResult(label, values, objective, bound, max(gap, 0.0), seconds)
+        return MilpResult(label, values, objective, bound, max(gap, 0.0), seconds,
+                          settings.mip_gap)
 
     @staticmethod
     def _watch(highs, progress: Callable[[Progress], None], stage: str, started: float) -> None:

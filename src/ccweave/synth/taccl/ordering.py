@@ -2,24 +2,50 @@
 
 Every hop of every routed chunk is a *send*. Sends are list-scheduled on a model where
 each physical link (an NVLink, a switch port, a NIC) streams one send at a time, and
-a send holds every link of its route while it streams (cut-through): among the sends
-that can start, the one that can start earliest goes first, and among those the one
-with the most work still downstream of it (TACCL's heuristic: chunks with longer
-remaining routes first). The result is an order per logical edge and per physical
-link, with estimated times that the contiguity stage refines.
+a send holds every link of its route while it streams (cut-through). Which send goes
+next is TACCL's choice among several heuristics (:class:`Heuristic`, named here instead
+of TACCL's numbers); the build tries them and keeps the one whose schedule is fastest.
+With the sketch's ``enforce_ordering``, a sender's own chunks go first on its internode
+connections. The result is an order per logical edge and per physical link, with
+estimated times that the contiguity stage refines.
 """
 
 from __future__ import annotations
 
+import enum
 import heapq
+from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 
 from ccweave.synth.taccl.logical import LogicalTopology
-from ccweave.synth.taccl.routing import Routing
+from ccweave.synth.taccl.routes import Routing
 
 _EPS = 1e-15
+
+
+class Heuristic(str, enum.Enum):
+    """Which ready send goes next (TACCL's heuristics, ``heuristic_ordering.py``)."""
+
+    EARLIEST_START = "earliest-start"
+    """The send that can start earliest; ties to the chunk with the longest way still
+    to go (TACCL's heuristic 15)."""
+    LONGEST_REMAINING = "longest-remaining"
+    """The chunk with the longest way still to go, at the earliest time it can start
+    (TACCL's heuristic 10, its choice for switched nodes)."""
+    OWN_NODE_FIRST = "own-node-first"
+    """The earliest start; ties to chunks still in their home node, then to the longest
+    way to go (TACCL's heuristic 14, its choice for multi-node NVLink machines)."""
+    SOLVER_TIMES = "solver-times"
+    """The routing MILP's send times, ties to the longest way to go (the order TACCL's
+    routing stage hands on); only after the MILP routing."""
+
+    @property
+    def time_driven(self) -> bool:
+        """Whether the send that can start earliest is taken (else: the highest priority,
+        whenever it can start)."""
+        return self in (Heuristic.EARLIEST_START, Heuristic.OWN_NODE_FIRST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +68,7 @@ class Ordering:
     finish: np.ndarray
     edge_order: dict[int, tuple[int, ...]]
     link_order: dict[int, tuple[int, ...]]
+    heuristic: Heuristic = Heuristic.EARLIEST_START
 
     @property
     def makespan_s(self) -> float:
@@ -58,8 +85,17 @@ def sends_of(routing: Routing) -> tuple[Send, ...]:
     return tuple(sends)
 
 
-def order(logical: LogicalTopology, routing: Routing, chunk_bytes: float) -> Ordering:
-    """List-schedule every send greedily; see the module docstring."""
+def heuristics_for(routing: Routing) -> tuple[Heuristic, ...]:
+    """The heuristics that apply to ``routing`` (solver times only when it has them)."""
+    return tuple(h for h in Heuristic
+                 if h is not Heuristic.SOLVER_TIMES or routing.send_times is not None)
+
+
+def order(logical: LogicalTopology, routing: Routing, chunk_bytes: float,
+          heuristic: Heuristic = Heuristic.EARLIEST_START) -> Ordering:
+    """List-schedule every send by ``heuristic``; see the module docstring."""
+    if heuristic is Heuristic.SOLVER_TIMES and routing.send_times is None:
+        raise ValueError("the solver-times ordering needs the MILP routing's send times")
     sends = sends_of(routing)
     count = len(sends)
     edges = logical.edges
@@ -73,6 +109,24 @@ def order(logical: LogicalTopology, routing: Routing, chunk_bytes: float) -> Ord
     for i in range(count - 1, -1, -1):  # children come after parents
         if children[i]:
             remaining[i] += max(remaining[c] for c in children[i])
+    source = _sources(sends, edges)
+    own_node = np.array([0 if not edges[s.edge].internode
+                         and logical.node_of[source[i]] == logical.node_of[edges[s.edge].src]
+                         else 1 for i, s in enumerate(sends)])
+    solver = np.zeros(count)
+    if heuristic is Heuristic.SOLVER_TIMES:
+        solver = np.array([t for times in routing.send_times or () for t in times])
+
+    def key(i: int, t: float) -> tuple:
+        if heuristic is Heuristic.EARLIEST_START:
+            return (t, -remaining[i], i)
+        if heuristic is Heuristic.OWN_NODE_FIRST:
+            return (t, own_node[i], -remaining[i], i)
+        if heuristic is Heuristic.LONGEST_REMAINING:
+            return (-remaining[i], t, i)
+        return (solver[i], -remaining[i], t, i)
+
+    gate = _OwnFirst(logical, sends, source)
     ready = np.zeros(count)
     start = np.zeros(count)
     finish = np.zeros(count)
@@ -86,15 +140,17 @@ def order(logical: LogicalTopology, routing: Routing, chunk_bytes: float) -> Ord
             t = max(t, link_free.get(link, 0.0) - alpha[i])
         return t
 
-    heap = [(0.0, -remaining[i], i) for i, s in enumerate(sends) if s.parent < 0]
+    heap = [(key(i, 0.0), 0.0, i) for i, s in enumerate(sends) if s.parent < 0]
     heapq.heapify(heap)
     edge_order: dict[int, list[int]] = {}
     link_order: dict[int, list[int]] = {}
     while heap:
-        key, priority, i = heapq.heappop(heap)
+        _, estimate, i = heapq.heappop(heap)
+        if not gate.may_go(i):
+            continue  # held until its sender's own chunks went; the gate releases it
         t = earliest(i)
-        if t > key + _EPS:
-            heapq.heappush(heap, (t, priority, i))
+        if heuristic.time_driven and t > estimate + _EPS:
+            heapq.heappush(heap, (key(i, t), t, i))
             continue
         s = sends[i]
         start[i], finish[i] = t, t + duration[i]
@@ -103,8 +159,55 @@ def order(logical: LogicalTopology, routing: Routing, chunk_bytes: float) -> Ord
         for link in edges[s.edge].route:
             link_free[link] = finish[i]
             link_order.setdefault(link, []).append(i)
+        released = [*children[i], *gate.went(i)]
         for c in children[i]:
             ready[c] = finish[i]
-            heapq.heappush(heap, (earliest(c), -remaining[c], c))
+        for c in released:
+            t = earliest(c)
+            heapq.heappush(heap, (key(c, t), t, c))
+    assert all(len(order) for order in edge_order.values())
     return Ordering(sends, start, finish, {e: tuple(v) for e, v in edge_order.items()},
-                    {lk: tuple(v) for lk, v in link_order.items()})
+                    {lk: tuple(v) for lk, v in link_order.items()}, heuristic)
+
+
+def _sources(sends: tuple[Send, ...], edges) -> list[int]:
+    """The rank each send's chunk started at."""
+    source = [0] * len(sends)
+    for i, s in enumerate(sends):
+        source[i] = edges[s.edge].src if s.parent < 0 else source[s.parent]
+    return source
+
+
+class _OwnFirst:
+    """``enforce_ordering``: on an internode edge of a sender, the chunks that started at
+    the sender go before the ones it carries for others."""
+
+    def __init__(self, logical: LogicalTopology, sends: tuple[Send, ...],
+                 source: list[int]) -> None:
+        self.pending: dict[int, int] = defaultdict(int)
+        self.held: dict[int, list[int]] = defaultdict(list)
+        self.own = [False] * len(sends)
+        self.sends = sends
+        if not logical.sketch.internode.enforce_ordering:
+            self.active = False
+            return
+        self.active = True
+        for i, s in enumerate(sends):
+            edge = logical.edges[s.edge]
+            if edge.internode and source[i] == edge.src:
+                self.own[i] = True
+                self.pending[s.edge] += 1
+
+    def may_go(self, i: int) -> bool:
+        if not self.active or self.own[i] or not self.pending.get(self.sends[i].edge):
+            return True
+        self.held[self.sends[i].edge].append(i)
+        return False
+
+    def went(self, i: int) -> list[int]:
+        """Sends released because ``i`` went."""
+        if not self.active or not self.own[i]:
+            return []
+        edge = self.sends[i].edge
+        self.pending[edge] -= 1
+        return self.held.pop(edge, []) if self.pending[edge] == 0 else []

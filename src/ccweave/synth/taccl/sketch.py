@@ -30,6 +30,9 @@ class Intranode(str, enum.Enum):
     """Pairs whose route crosses a switch (NVSwitch): every pair, one hop, shared ports."""
     ROUTES = "routes"
     """Every pair with a route (PCIe, host bridges included)."""
+    NONE = "none"
+    """No restriction beyond the machine's own GPU links, as TACCL's ``none``: direct links
+    where they hold each node together, else the switch, else every route."""
 
 
 class Hyperedge(str, enum.Enum):
@@ -80,6 +83,9 @@ class InternodeSketch:
     receivers: tuple[int, ...] | None = None
     """Local ranks that receive across nodes (named maps only; default the senders)."""
     carries: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    enforce_ordering: bool = False
+    """TACCL's ``enforce_ordering``: a sender puts its own chunks on its internode
+    connections before the chunks it carries for others."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,8 @@ class Sketch:
         inside consecutive groups of ``group_size`` maps the schedule onto itself; the
         solver works on one representative per orbit.
     input_chunkup: chunks each rank's input is cut into.
+    nodes: the number of nodes the sketch is written for (TACCL's ``nnodes``); ``None``:
+        any. A topology with another number of nodes is refused.
     name, description, source: for people (``source``: the file it came from).
     """
 
@@ -101,6 +109,7 @@ class Sketch:
     internode: InternodeSketch = InternodeSketch()
     symmetry_offsets: tuple[tuple[int, int], ...] = ()
     input_chunkup: int = 1
+    nodes: int | None = None
     name: str = "sketch"
     description: str = ""
     source: str = "sketch"
@@ -122,16 +131,23 @@ class Sketch:
             inter["receivers"] = list(self.internode.receivers)
         if self.internode.carries:
             inter["carries"] = {str(s): list(r) for s, r in self.internode.carries}
-        return {"name": self.name, "description": self.description, "intranode": intra,
-                "internode": inter,
-                "symmetry_offsets": [list(pair) for pair in self.symmetry_offsets],
-                "input_chunkup": self.input_chunkup}
+        if self.internode.enforce_ordering:
+            inter["enforce_ordering"] = True
+        data: dict[str, object] = {
+            "name": self.name, "description": self.description, "intranode": intra,
+            "internode": inter,
+            "symmetry_offsets": [list(pair) for pair in self.symmetry_offsets],
+            "input_chunkup": self.input_chunkup}
+        if self.nodes is not None:
+            data["nodes"] = self.nodes
+        return data
 
 
 _TOP_FIELDS = {"name", "description", "intranode", "internode", "symmetry_offsets",
-               "input_chunkup", "comment"}
+               "input_chunkup", "nodes", "comment"}
 _INTRA_FIELDS = {"strategy", "hyperedge", "switches"}
-_INTER_FIELDS = {"strategy", "connections", "senders", "receivers", "carries"}
+_INTER_FIELDS = {"strategy", "connections", "senders", "receivers", "carries",
+                 "enforce_ordering"}
 
 
 def load(path: str | Path) -> Sketch:
@@ -147,11 +163,19 @@ def load(path: str | Path) -> Sketch:
 
 
 def from_dict(data: object, source: str = "sketch") -> Sketch:
-    """Build a :class:`Sketch` from its JSON form, naming ``source`` and the field on error."""
+    """Build a :class:`Sketch` from its JSON form, naming ``source`` and the field on error.
+
+    TACCL's own sketch files (``intranode_sketch``, ``hyperparameters``...) are recognised
+    and read unchanged (:mod:`ccweave.synth.taccl.taccl_sketch`).
+    """
+    from ccweave.synth.taccl import taccl_sketch
+
     if not isinstance(data, Mapping):
         raise InputError(f"{source}: a sketch is a JSON object with fields "
                          f"{', '.join(sorted(_TOP_FIELDS - {'comment'}))}")
-    _no_unknown(data, _TOP_FIELDS, source, "")
+    if taccl_sketch.is_taccl_sketch(data):
+        return taccl_sketch.from_taccl(data, source)
+    no_unknown(data, _TOP_FIELDS, source, "")
     name = data.get("name", Path(source).stem if source != "sketch" else "sketch")
     description = data.get("description", "")
     for field, value in (("name", name), ("description", description)):
@@ -160,19 +184,32 @@ def from_dict(data: object, source: str = "sketch") -> Sketch:
     return Sketch(
         intranode=_intranode(data.get("intranode", {}), source),
         internode=_internode(data.get("internode", {}), source),
-        symmetry_offsets=_symmetry(data.get("symmetry_offsets", []), source),
-        input_chunkup=_chunkup(data.get("input_chunkup", 1), source),
+        symmetry_offsets=symmetry_offsets(data.get("symmetry_offsets", []), source),
+        input_chunkup=chunkup(data.get("input_chunkup", 1), source),
+        nodes=node_count(data.get("nodes"), source, "nodes"),
         name=name, description=description, source=source)
 
 
-def _no_unknown(data: Mapping, known: set[str], source: str, prefix: str) -> None:
+def node_count(value: object, source: str, field: str) -> int | None:
+    """A sketch's number of nodes (``None`` if not given), checked."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{source}: {field} is {value!r}; give the number of nodes the "
+                         "sketch is for, an integer >= 1")
+    return value
+
+
+def no_unknown(data: Mapping, known: set[str], source: str, prefix: str) -> None:
+    """Refuse fields not in ``known`` (a typo should not be ignored), naming the first."""
     unknown = sorted(set(data) - known)
     if unknown:
         raise InputError(f"{source}: unknown field '{prefix}{unknown[0]}'; known fields: "
                          + ", ".join(f"{prefix}{k}" for k in sorted(known - {"comment"})))
 
 
-def _choice(value: object, enum_type: type[enum.Enum], source: str, field: str) -> enum.Enum:
+def choice(value: object, enum_type: type[enum.Enum], source: str, field: str) -> enum.Enum:
+    """``value`` as a member of ``enum_type``, or an error listing the members."""
     try:
         return enum_type(value)
     except ValueError:
@@ -184,19 +221,19 @@ def _intranode(data: object, source: str) -> IntranodeSketch:
     if not isinstance(data, Mapping):
         raise InputError(f"{source}: intranode must be an object like "
                          '{"strategy": "switch", "hyperedge": "uc-min"}')
-    _no_unknown(data, _INTRA_FIELDS, source, "intranode.")
-    strategy = _choice(data.get("strategy", "links"), Intranode, source, "intranode.strategy")
+    no_unknown(data, _INTRA_FIELDS, source, "intranode.")
+    strategy = choice(data.get("strategy", "links"), Intranode, source, "intranode.strategy")
     hyperedge = data.get("hyperedge")
     if hyperedge is not None:
         if strategy is not Intranode.SWITCH:
             raise InputError(f"{source}: intranode.hyperedge applies to the 'switch' strategy "
                              f"only; drop it or set intranode.strategy to 'switch'")
-        hyperedge = _choice(hyperedge, Hyperedge, source, "intranode.hyperedge")
+        hyperedge = choice(hyperedge, Hyperedge, source, "intranode.hyperedge")
     switches = data.get("switches", [])
     if switches and strategy is not Intranode.SWITCH:
         raise InputError(f"{source}: intranode.switches applies to the 'switch' strategy only")
-    groups = tuple(_ranks(group, source, f"intranode.switches[{i}]", min_size=2)
-                   for i, group in enumerate(_list(switches, source, "intranode.switches")))
+    groups = tuple(local_ranks(group, source, f"intranode.switches[{i}]", min_size=2)
+                   for i, group in enumerate(as_list(switches, source, "intranode.switches")))
     seen: set[int] = set()
     for i, group in enumerate(groups):
         twice = seen.intersection(group)
@@ -211,7 +248,7 @@ def _internode(data: object, source: str) -> InternodeSketch:
     if not isinstance(data, Mapping):
         raise InputError(f"{source}: internode must be an object like "
                          '{"strategy": "relay", "connections": "direct-map"}')
-    _no_unknown(data, _INTER_FIELDS, source, "internode.")
+    no_unknown(data, _INTER_FIELDS, source, "internode.")
     if data.get("strategy", "relay") != "relay":
         raise InputError(f"{source}: internode.strategy is {data.get('strategy')!r}; the only "
                          "internode strategy is 'relay'")
@@ -220,16 +257,16 @@ def _internode(data: object, source: str) -> InternodeSketch:
     receivers = data.get("receivers")
     connections: tuple[tuple[int, tuple[int, ...]], ...] | Connections
     if isinstance(raw, str):
-        connections = _choice(raw, Connections, source, "internode.connections")  # type: ignore
-        senders = None if senders is None else _ranks(senders, source, "internode.senders")
+        connections = choice(raw, Connections, source, "internode.connections")  # type: ignore
+        senders = None if senders is None else local_ranks(senders, source, "internode.senders")
         receivers = None if receivers is None else \
-            _ranks(receivers, source, "internode.receivers")
+            local_ranks(receivers, source, "internode.receivers")
     elif isinstance(raw, Mapping):
         if senders is not None or receivers is not None:
             raise InputError(f"{source}: internode.senders and internode.receivers go with a "
                              "named map ('fully-connected', 'direct-map'); an explicit "
                              "connections map already names both")
-        connections = _rank_map(raw, source, "internode.connections")
+        connections = rank_map(raw, source, "internode.connections")
         if not connections:
             raise InputError(f"{source}: internode.connections is an empty map; name at least "
                              'one sender, e.g. {"0": [0]}')
@@ -237,11 +274,16 @@ def _internode(data: object, source: str) -> InternodeSketch:
         raise InputError(f"{source}: internode.connections must be 'fully-connected', "
                          "'direct-map' or a map from sender local rank to receiver local "
                          'ranks, e.g. {"1": [0]}')
-    carries = _rank_map(data.get("carries", {}), source, "internode.carries")
-    return InternodeSketch(connections, senders, receivers, carries)
+    carries = rank_map(data.get("carries", {}), source, "internode.carries")
+    enforce = data.get("enforce_ordering", False)
+    if not isinstance(enforce, bool):
+        raise InputError(f"{source}: internode.enforce_ordering must be true or false, got "
+                         f"{enforce!r}")
+    return InternodeSketch(connections, senders, receivers, carries, enforce)
 
 
-def _rank_map(raw: object, source: str, field: str) -> tuple[tuple[int, tuple[int, ...]], ...]:
+def rank_map(raw: object, source: str, field: str) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """A JSON map from local rank (a string key) to local ranks, sorted by key."""
     if not isinstance(raw, Mapping):
         raise InputError(f"{source}: {field} must be a map from local rank to local ranks, "
                          'e.g. {"1": [0, 1]}')
@@ -254,18 +296,20 @@ def _rank_map(raw: object, source: str, field: str) -> tuple[tuple[int, tuple[in
         if rank < 0 or str(rank) != str(key).strip():
             raise InputError(f"{source}: {field} key {key!r} is not a local rank (an integer "
                              ">= 0 written as a string, e.g. \"1\")")
-        pairs.append((rank, _ranks(value, source, f"{field}[{key!r}]")))
+        pairs.append((rank, local_ranks(value, source, f"{field}[{key!r}]")))
     return tuple(sorted(pairs))
 
 
-def _list(value: object, source: str, field: str) -> list:
+def as_list(value: object, source: str, field: str) -> list:
+    """``value`` if it is a list, else an error naming ``field``."""
     if not isinstance(value, list):
         raise InputError(f"{source}: {field} must be a list, got {value!r}")
     return value
 
 
-def _ranks(value: object, source: str, field: str, min_size: int = 1) -> tuple[int, ...]:
-    items = _list(value, source, field)
+def local_ranks(value: object, source: str, field: str, min_size: int = 1) -> tuple[int, ...]:
+    """A list of distinct local ranks (integers >= 0)."""
+    items = as_list(value, source, field)
     if len(items) < min_size:
         raise InputError(f"{source}: {field} needs at least {min_size} local rank(s)")
     for item in items:
@@ -276,9 +320,10 @@ def _ranks(value: object, source: str, field: str, min_size: int = 1) -> tuple[i
     return tuple(items)
 
 
-def _symmetry(value: object, source: str) -> tuple[tuple[int, int], ...]:
+def symmetry_offsets(value: object, source: str) -> tuple[tuple[int, int], ...]:
+    """``[[offset, group_size], ...]``, each checked (same field name in TACCL's files)."""
     pairs = []
-    for i, pair in enumerate(_list(value, source, "symmetry_offsets")):
+    for i, pair in enumerate(as_list(value, source, "symmetry_offsets")):
         field = f"symmetry_offsets[{i}]"
         if not (isinstance(pair, list) and len(pair) == 2
                 and all(isinstance(v, int) and not isinstance(v, bool) for v in pair)):
@@ -292,8 +337,9 @@ def _symmetry(value: object, source: str) -> tuple[tuple[int, int], ...]:
     return tuple(pairs)
 
 
-def _chunkup(value: object, source: str) -> int:
+def chunkup(value: object, source: str, field: str = "input_chunkup") -> int:
+    """Chunks per rank, 1 to :data:`MAX_CHUNKUP`."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CHUNKUP:
-        raise InputError(f"{source}: input_chunkup is {value!r}; use an integer from 1 to "
+        raise InputError(f"{source}: {field} is {value!r}; use an integer from 1 to "
                          f"{MAX_CHUNKUP}")
     return value
