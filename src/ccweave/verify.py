@@ -21,6 +21,10 @@ from ccweave.topology.model import Topology
 MAX_PROBLEMS = 20
 """``check`` stops after this many problems: the first few say what is wrong."""
 
+_PRECISE_SLOTS = 2**20
+"""Up to this many buffer slots the transfers are always run (problems name each slot);
+above, a schedule that cannot write enough output slots is refused before the run."""
+
 _INITIAL = -1
 """Writer of a slot that holds (or lacks) its initial value: ordered before everything."""
 
@@ -101,6 +105,8 @@ def check(schedule: Schedule, topology: Topology | None = None) -> VerifyResult:
         malformed = bool(report.problems)  # cannot run those; a missing route can run
         if topology is not None:
             _check_topology(schedule, topology, report)
+        if not malformed:
+            malformed = not _can_cover(schedule, report)
         order = None if malformed else _order(schedule.transfers, report)
         if order is not None:
             run = _Run(schedule, order, report)
@@ -247,6 +253,28 @@ def _check_range(schedule: Schedule, index: int, t: Transfer, verb: str, rank: i
                f"{_name(index, schedule.transfers)} {verb} {buffer.value} slots "
                f"{start}..{start + t.count - 1} of rank {rank}, but the {buffer.value} buffer "
                f"has {size} chunk(s){fix}", index, rank, buffer, start)
+
+
+def _can_cover(schedule: Schedule, report: _Report) -> bool:
+    """Whether the transfers write enough slots to fill the outputs at all: a cheap bound
+    checked before a slot table for every rank is made (a small file that declares a
+    large collective is refused at once, not after allocating for all its slots)."""
+    coll = schedule.collective
+    slots = coll.num_ranks * (coll.input_chunks + coll.output_chunks + schedule.scratch_chunks)
+    if slots <= _PRECISE_SLOTS:  # small enough: the run names each slot that is missed
+        return True
+    ranks = range(coll.num_ranks)
+    need = sum(coll.output_chunks for rank in ranks if coll.has_output(rank))
+    if schedule.in_place:  # an output slot aliasing an input may hold its value already
+        need -= sum(coll.input_chunks for rank in ranks if coll.has_input(rank))
+    written = sum(t.count for t in schedule.transfers if t.dst_buffer != Buffer.SCRATCH)
+    if written >= need:
+        return True
+    report.add(ProblemKind.MISSING_OUTPUT,
+               f"the transfers write at most {written:,} output slot(s), but the "
+               f"{coll.describe()} needs at least {need:,} written; most outputs are never "
+               "written")
+    return False
 
 
 def _check_topology(schedule: Schedule, topology: Topology, report: _Report) -> None:
