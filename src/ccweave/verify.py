@@ -48,6 +48,10 @@ class ProblemKind(str, enum.Enum):
     NO_ROUTE = "no_route"
 
 
+_MALFORMED = frozenset({ProblemKind.OUT_OF_RANGE, ProblemKind.BAD_RANK, ProblemKind.BAD_COUNT,
+                        ProblemKind.DANGLING_DEP, ProblemKind.CYCLE, ProblemKind.NO_ROUTE})
+
+
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong, with the transfer and the slot (as the transfer names it) involved."""
@@ -75,6 +79,13 @@ class VerifyResult:
     reductions: int = 0
     outputs: int = 0
     truncated: bool = False
+
+    @property
+    def malformed(self) -> bool:
+        """Whether a problem makes the schedule unrunnable (a rank, slot or dependency
+        that does not exist, a cycle, a missing route), not just wrong: nothing can
+        simulate, export or run it even unverified."""
+        return any(p.kind in _MALFORMED for p in self.problems)
 
     def summary(self) -> str:
         """One line for people."""

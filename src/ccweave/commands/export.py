@@ -44,13 +44,13 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     plan = _load(args.input)
-    if not args.unverified:
-        for entry in plan.entries:
-            result = check(entry.schedule)
-            if not result.ok:
-                raise VerificationError(f"{args.input}: {entry.schedule.name or 'the schedule'} "
-                                        f"is not proven ({result.problems[0].message}); fix it "
-                                        "or pass --unverified")
+    for entry in plan.entries:
+        result = check(entry.schedule)
+        if result.malformed or not (result.ok or args.unverified):
+            how = "is malformed" if result.malformed else "is not proven"
+            fix = "fix it" if result.malformed else "fix it or pass --unverified"
+            raise VerificationError(f"{args.input}: {entry.schedule.name or 'the schedule'} "
+                                    f"{how} ({result.problems[0].message}); {fix}")
     if not args.output.strip():
         raise InputError("-o '': give an .xml file (one schedule) or a directory (a plan)")
     output = Path(args.output)

@@ -29,6 +29,11 @@ def run(args) -> int:
     sched = _inputs.load_schedule(args.schedule)
     topo = _inputs.topology(args.topology)
     proof = check(sched, topo)
+    if proof.malformed:
+        raise VerificationError(
+            f"{args.schedule}: malformed for {topo.name} ({proof.problems[0].message}); "
+            "nothing can time it, --unverified or not: fix it (ccweave verify names the "
+            "problems)")
     if not proof.ok and not args.unverified:
         raise VerificationError(
             f"{args.schedule}: not proven on {topo.name} ({proof.problems[0].message}); "

@@ -87,8 +87,8 @@ def from_dict(data: object, source: str = "topology") -> Topology:
                  "fabric nodes", "model fewer switches")
     kinds = {k.value for k in NodeKind if k is not NodeKind.RANK}
     for name, kind in fabric.items():
-        if kind not in kinds:
-            raise TopologyError(f"{source}: fabric[{name!r}] = {kind!r}; use one of "
+        if not isinstance(kind, str) or kind not in kinds:
+            raise TopologyError(f"{source}: fabric[{shown(name)}] = {shown(kind)}; use one of "
                                 f"{sorted(kinds)}")
     links_data = data.get("links")
     if not isinstance(links_data, list) or not links_data:
