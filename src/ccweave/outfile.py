@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ccweave.errors import InputError
-from ccweave.units import shown
 
 
 def check(path: str | Path, inputs: Iterable[str | Path | None] = (),
@@ -28,14 +27,14 @@ def check(path: str | Path, inputs: Iterable[str | Path | None] = (),
         raise InputError(f"{flag} {text!r}: give a file name")
     target = Path(text)
     if target.is_dir():
-        raise InputError(f"{flag} {shown(text)}: is a directory; give a file name in it")
+        raise InputError(f"{flag} {text!r}: is a directory; give a file name in it")
     parent = target.resolve().parent
     if not parent.is_dir():
-        raise InputError(f"{flag} {shown(text)}: no such directory {shown(str(parent))}; "
+        raise InputError(f"{flag} {text!r}: no such directory {str(parent)!r}; "
                          "create it first")
     for source in inputs:
         if source is not None and _same_file(target, Path(source)):
-            raise InputError(f"{flag} {shown(text)}: is the input {shown(os.fspath(source))}; "
+            raise InputError(f"{flag} {text!r}: is the input {os.fspath(source)!r}; "
                              "write to another file (the input would be lost)")
     return target
 
@@ -74,7 +73,7 @@ def write_with(path: str | Path, writer: Callable[[Path], object]) -> None:
     except OSError:
         mode = None
     if mode is not None and stat.S_ISDIR(mode):
-        raise InputError(f"{shown(str(target))}: is a directory; give a file name in it")
+        raise InputError(f"{target}: is a directory; give a file name in it")
     # /dev/stdout, a pipe, /proc/PID/fd/N (a link to no path): nothing to keep, write in place
     in_place = (mode is not None and not stat.S_ISREG(mode)) or (
         mode is None and os.path.exists(target))
@@ -94,7 +93,7 @@ def write_with(path: str | Path, writer: Callable[[Path], object]) -> None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
     except OSError as error:
-        raise InputError(f"{shown(str(target))}: cannot write it: {_why(error, real)}"
+        raise InputError(f"{target}: cannot write it: {_why(error, real)}"
                          ) from None
 
 
@@ -115,7 +114,7 @@ def _why(error: OSError, real: Path) -> str:
     """What went wrong and the fix, for people."""
     code = error.errno
     if code == errno.ENOENT:
-        return f"no such directory {shown(str(real.parent))}; create it first"
+        return f"no such directory {str(real.parent)!r}; create it first"
     if code in (errno.ENOSPC, errno.EDQUOT):
         return "no space left on the device (the old file, if any, is unchanged); free some"
     if code == errno.EROFS:
