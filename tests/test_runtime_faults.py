@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -126,23 +127,31 @@ def test_a_killed_mpi_rank_is_named_and_the_job_stopped():
     job.assert_nothing_left()
 
 
-def test_ctrl_c_stops_every_rank():
+def test_ctrl_c_stops_every_rank_and_exits_130():
     job = Job("gloo")
     job.wait_running()
     job.proc.send_signal(signal.SIGINT)
     code, err = job.finish()
-    assert code == 2 and "interrupted (SIGINT); stopped all 4 ranks" in err
+    assert code == 130, err  # 128 + SIGINT, as a shell reports Ctrl-C; 2 is bad input
+    assert "ccweave: interrupted (SIGINT); stopped all 4 ranks" in err
     job.assert_nothing_left()
+
+
+def _run_folders() -> set[str]:
+    return {name for name in os.listdir(tempfile.gettempdir())
+            if name.startswith(("ccweave-run-", "ccweave-profile-"))}
 
 
 @pytest.mark.parametrize("backend", ["gloo", pytest.param("mpi", marks=[needs_mpi,
                                                                           pytest.mark.slow])])
-def test_a_killed_launcher_leaves_no_rank_behind(backend):
+def test_a_killed_launcher_leaves_no_rank_and_no_file_behind(backend):
+    before = _run_folders()
     job = Job(backend)
     job.wait_running()
     job.proc.kill()
     job.finish()
     job.assert_nothing_left()
+    assert _run_folders() <= before  # the plan and report lived in the launcher's memory
 
 
 @pytest.mark.slow

@@ -178,6 +178,7 @@ def launch_local(argv: Sequence[str], nproc: int, *, grace: float = GRACE_S,
     # on loopback only: the ranks are on this host, and the store has no authentication
     store, _ = host("127.0.0.1", 0, nproc, timedelta(seconds=60))
     base = dict(os.environ)
+    base.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # ccweave names the faults itself
     base.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port),
                  "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
                  HOSTED_STORE: "1", LAUNCHER_PID: str(os.getpid())})
@@ -297,7 +298,8 @@ def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
                module: str = "ccweave.cli", script: str | None = None,
                on_line: Callable[[str], None] | None = None) -> int:
     """Run ``ARGV`` under ``mpirun -np nproc`` and supervise it like :func:`launch_local`:
-    mpirun stops the job when a rank dies; this names that rank from mpirun's report.
+    mpirun stops the job when a rank fails; this names the rank that was stopped (SIGSTOP,
+    a debugger) when the first one gave up waiting, else the one mpirun reports dead.
     ``on_line`` takes the ranks' output lines instead of the terminal."""
     env = dict(os.environ, **{_MPI_MARK: str(os.getpid())})
     if "OMP_NUM_THREADS" not in env:
@@ -357,13 +359,12 @@ def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
         raise RuntimeFault(f"rank(s) {', '.join(map(str, stopped))} stopped progressing: "
                            "stopped (SIGSTOP, or a debugger) when the first rank gave up "
                            "waiting on it (errors above); mpirun stopped the job")
-    if stalls:
+    if stalls:  # no rank is stopped: one hangs or is slow; say who gave up on whom first
         waiter, seconds, peers = stalls[0].groups()
         peers = ", ".join(part.strip() for part in peers.split(",") if part.strip())
-        one = "," not in peers
-        raise RuntimeFault(f"{'rank' if one else 'one of ranks'} {peers} stopped progressing: "
-                           f"rank {waiter} waited {seconds} s on {'it' if one else 'them'} "
-                           "with no transfer finishing (errors above); mpirun stopped the job")
+        raise RuntimeFault(f"rank {waiter} gave up first, after {seconds} s without a "
+                           f"finished transfer with rank(s) {peers}: a rank stopped "
+                           "progressing (errors above); mpirun stopped the job")
     if dead:
         raise RuntimeFault(f"rank {dead[0]} died (mpirun's report above); mpirun stopped the "
                            "other ranks")
