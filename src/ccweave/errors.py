@@ -10,9 +10,10 @@ _CONTROL = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7f, 0xa0)
 
 def printable(text: object) -> str:
     """``text`` with control characters (terminal escape sequences, newlines, carriage
-    returns) shown as ``\\xNN``: names from files and arguments print as themselves and
-    an error stays one line."""
-    return str(text).translate(_CONTROL)
+    returns) shown as ``\\xNN`` and lone surrogates as ``\\udNNN``: names from files
+    and arguments print as themselves and an error stays one line."""
+    shown = str(text).translate(_CONTROL)
+    return shown.encode("utf-8", "backslashreplace").decode("utf-8")  # lone surrogates too
 
 
 class CCWeaveError(Exception):

@@ -169,7 +169,7 @@ def _header(sched: Schedule, proto: str, runtime: spec.Runtime, coll: str | None
         high = max_bytes if max_bytes is not None else (
             SCRATCH_MAX_BYTES if sched.scratch_chunks else OPEN_MAX_BYTES)
     header: dict[str, object] = {
-        "name": (name or sched.name or c.kind.value)[:200], "proto": proto,
+        "name": _attribute(name or sched.name or c.kind.value)[:200], "proto": proto,
         "nchunksperloop": c.total_chunks, "ngpus": c.num_ranks, "coll": coll or spec.CUSTOM,
         "inplace": int(sched.in_place), "outofplace": int(not sched.in_place),
         "minBytes": min_bytes, "maxBytes": high}
@@ -180,6 +180,13 @@ def _header(sched: Schedule, proto: str, runtime: spec.Runtime, coll: str | None
     if c.kind is Kind.SENDRECV:
         header["peer"] = c.peer
     return header
+
+
+def _attribute(text: str) -> str:
+    """``text`` as an attribute XML and the runtime's reader both take: control
+    characters and unpaired surrogates become '?'."""
+    text = re.sub(r"[\x00-\x1f\x7f-\x9f]", "?", text)
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _chunks(sched: Schedule, custom: bool) -> tuple[int, int, int]:
