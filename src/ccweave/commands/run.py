@@ -290,6 +290,6 @@ def _print(args, report: dict) -> None:
         cells)
     for name, reason in skipped.items():
         if reason != "not requested":
-            _output.console.print(f"[dim]{name}: {reason}[/]")
+            _output.console.print(f"[dim]{name}: {_output.plain(reason)}[/]")
     _output.console.print(f"# Avg bus bandwidth    : {avg:.3f} GB/s")
     _output.console.print(f"# Wrong elements       : {total}" + ("" if total else " (OK)"))

@@ -63,7 +63,7 @@ def run(args) -> int:
             f"{stats['transfers']} transfers in {stats['steps']} steps over "
             f"{stats['channels']} channel(s); verified; {_output.wrote(args.output, replaced)}")
         for note in taccl_cli.notes(sched):
-            _output.console.print(note)
+            _output.console.print(_output.plain(note))
     return 0
 
 
