@@ -42,6 +42,8 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     replaced = _inputs.output(args.output, args.topology) if args.output else False
+    if args.plot:
+        _inputs.output(args.plot, args.topology, flag="--plot")
     topo = _inputs.topology(args.topology)
     kinds = tuple(k.strip() for k in args.paths.split(",") if k.strip())
     if args.max_relays < 0:
