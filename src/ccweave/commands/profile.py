@@ -147,7 +147,7 @@ def _launch(args) -> int:
 def _work(args, job):
     from ccweave.profile import cuda
     from ccweave.profile.measure import measure
-    from ccweave.runtime.job import connect, disconnect
+    from ccweave.runtime.job import connect, disconnect, fail_fast, lost_peers
     from ccweave.runtime.launch import die_with_parent
 
     die_with_parent()
@@ -168,6 +168,8 @@ def _work(args, job):
         if args.calibrate:
             profile = _calibrate(args, profile, transport, progress)
         transport.barrier()
+    except RuntimeError as error:  # torch's, from a step a lost peer never joins
+        fail_fast(lost_peers(job.rank, error))
     finally:
         disconnect(transport)
     return profile

@@ -225,7 +225,7 @@ def _launch(args, plan: Plan, nproc: int) -> int:
 
 
 def _work(args, job, plan: Plan, sizes: list[int], options) -> int:
-    from ccweave.runtime.job import connect, disconnect, fail_fast
+    from ccweave.runtime.job import connect, disconnect, fail_fast, lost_peers
     from ccweave.runtime.launch import WRONG_EXIT
     from ccweave.runtime.measure import measure
 
@@ -239,6 +239,8 @@ def _work(args, job, plan: Plan, sizes: list[int], options) -> int:
         transport.barrier()
     except RuntimeFault as error:
         fail_fast(error)
+    except RuntimeError as error:  # torch's, from a barrier or sum a lost peer never joins
+        fail_fast(lost_peers(job.rank, error))
     disconnect(transport)
     if job.rank == 0:
         coll = plan.collective

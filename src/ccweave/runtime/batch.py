@@ -159,7 +159,7 @@ def _print_progress(text: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from ccweave.errors import RuntimeFault
-    from ccweave.runtime.job import connect, detect, disconnect, fail_fast
+    from ccweave.runtime.job import connect, detect, disconnect, fail_fast, lost_peers
     from ccweave.runtime.launch import die_with_parent
 
     parser = argparse.ArgumentParser(prog="python -m ccweave.runtime.batch")
@@ -186,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             transport.barrier()
         except RuntimeFault as error:
             fail_fast(error)
+        except RuntimeError as error:  # torch's, from a step a lost peer never joins
+            fail_fast(lost_peers(job.rank, error))
         disconnect(transport)
     except CCWeaveError as error:
         print(f"ccweave: error: {printable(error)}", file=sys.stderr)

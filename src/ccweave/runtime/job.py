@@ -217,6 +217,14 @@ def disconnect(transport: Transport) -> None:
             dist.destroy_process_group()
 
 
+def lost_peers(rank: int, error: BaseException) -> RuntimeFault:
+    """A torch error out of a step every rank takes part in (a barrier, a sum of
+    timings) as one line: a peer hung, stopped or died, and says so itself."""
+    detail = (str(error).strip().splitlines() or ["no detail"])[-1][:200]
+    return RuntimeFault(f"rank {rank}: a step with the other ranks failed ({detail}); a peer "
+                        "hung, stopped or died (its own error names why)")
+
+
 def fail_fast(error: CCWeaveError) -> NoReturn:
     """Print ``error`` as the CLI does and leave at once (exit 2): a process group with a
     dead peer can hang in its destructor, which would keep this rank alive."""
