@@ -128,9 +128,19 @@ def test_a_killed_mpi_rank_is_named_and_the_job_stopped():
     job.assert_nothing_left()
 
 
-def test_ctrl_c_stops_every_rank_and_exits_130():
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs /proc")
+def test_a_local_job_listens_on_loopback_only_and_ctrl_c_exits_130():
+    from tests.test_runtime_store import listening
+
     job = Job("gloo")
     job.wait_running()
+    sockets = {pid: listening(pid) for pid in [job.proc.pid, *job.processes()]}
+    assert sockets[job.proc.pid], "the launcher hosts the job's store"
+    for pid, found in sockets.items():
+        for address, port in found:
+            ip = ipaddress.ip_address(address)
+            assert (getattr(ip, "ipv4_mapped", None) or ip).is_loopback, \
+                f"process {pid} listens on {address}:{port}"
     job.proc.send_signal(signal.SIGINT)
     code, err = job.finish()
     assert code == 130, err  # 128 + SIGINT, as a shell reports Ctrl-C; 2 is bad input
@@ -165,26 +175,6 @@ def test_a_hung_rank_times_out_the_others_and_is_stopped():
     assert "no transfer finished in 3 s" in err
     assert "rank(s) 1 did not stop" in err
     job.assert_nothing_left()
-
-
-@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs /proc")
-def test_a_local_job_listens_on_loopback_only():
-    from tests.test_runtime_store import listening
-
-    job = Job("gloo")
-    try:
-        job.wait_running()
-        sockets = {pid: listening(pid) for pid in [job.proc.pid, *job.processes()]}
-        assert sockets[job.proc.pid], "the launcher hosts the job's store"
-        for pid, found in sockets.items():
-            for address, port in found:
-                ip = ipaddress.ip_address(address)
-                assert (getattr(ip, "ipv4_mapped", None) or ip).is_loopback, \
-                    f"process {pid} listens on {address}:{port}"
-    finally:
-        job.proc.kill()
-        job.finish()
-        job.assert_nothing_left()
 
 
 @needs_mpi

@@ -535,10 +535,29 @@ def _int(value: object) -> int:
 
 
 def save(schedule: Schedule, path: str | Path) -> None:
-    """Write ``schedule`` as JSON, atomically (a failed write keeps the old file)."""
+    """Write ``schedule`` as JSON, atomically (a failed write keeps the old file), the
+    transfers streamed in batches: at 25 million transfers the whole document as Python
+    lists and one string would take about 7 GB more."""
     from ccweave import outfile
 
-    outfile.write_text(path, json.dumps(to_dict(schedule), separators=(",", ":")) + "\n")
+    outfile.write_with(path, lambda temp: _write(schedule, temp))
+
+
+_ROWS_PER_WRITE = 65536
+
+
+def _write(schedule: Schedule, path: Path) -> None:
+    """:func:`to_dict`'s JSON (``transfers`` is its last key), written row batch by batch."""
+    head = json.dumps({**to_dict(replace(schedule, transfers=())), "transfers": []},
+                      separators=(",", ":"))
+    assert head.endswith('"transfers":[]}')
+    transfers = schedule.transfers
+    with open(path, "w") as out:
+        out.write(head[:-2])
+        for start in range(0, len(transfers), _ROWS_PER_WRITE):
+            batch = [_row(t) for t in transfers[start:start + _ROWS_PER_WRITE]]
+            out.write(("," if start else "") + json.dumps(batch, separators=(",", ":"))[1:-1])
+        out.write("]}\n")
 
 
 def load(path: str | Path) -> Schedule:

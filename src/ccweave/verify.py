@@ -388,7 +388,9 @@ class _Run:
         self.slots = _Slots(schedule)
         self.value = [0] * self.slots.size
         self.writer = [_INITIAL] * self.slots.size
-        self.readers: list[list[int]] = [[] for _ in range(self.slots.size)]
+        self.readers: dict[int, list[int]] = {}
+        """Slot -> transfers that read it since its last write (only slots that have some:
+        an empty list per slot would cost ~1 GB at 1024 ranks)."""
         for (rank, i), mask in self.coll.precondition.items():
             self.value[self.slots.table[(rank, Buffer.INPUT)][i]] = mask
         self._seen_for = -1
@@ -442,10 +444,10 @@ class _Run:
                 self._bad_read(index, t, k, slot)
         for k, slot in enumerate(targets):
             last = writer[slot]
-            if readers[slot] or (last >= 0 and last != index and last not in deps):
+            if slot in readers or (last >= 0 and last != index and last not in deps):
                 self._check_write(index, t, k, slot)
         for slot in sources:
-            readers[slot].append(index)
+            readers.setdefault(slot, []).append(index)
         if t.op == Op.REDUCE:
             for k, slot in enumerate(targets):
                 self._reduce(index, t, k, slot, values[k])
@@ -454,7 +456,7 @@ class _Run:
                 value[slot] = mask
         for slot in targets:
             writer[slot] = index
-            readers[slot].clear()
+            readers.pop(slot, None)
 
     def _bad_read(self, index: int, t: Transfer, k: int, slot: int) -> None:
         writer = self.writer[slot]
@@ -475,7 +477,7 @@ class _Run:
             self._problem(ProblemKind.RACE_WRITE, index, t, k, True,
                           f"but {_name(writer, self.transfers)} also writes it and is not "
                           "ordered before it by deps; add that dep")
-        for reader in self.readers[slot]:
+        for reader in self.readers.get(slot, ()):
             if reader != index and not self.ordered(reader, index):
                 self._problem(ProblemKind.RACE_READ, index, t, k, True,
                               f"but {_name(reader, self.transfers)} reads it and is not "
