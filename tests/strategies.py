@@ -66,3 +66,109 @@ def topology_and_schedule(draw) -> tuple[Topology, Schedule]:
         op = draw(st.sampled_from([builder.copy, builder.reduce]))
         op(src, dst, src_slot, dst_slot, count, after=after)
     return topo, builder.build("random")
+
+
+# --------------------------------------------------------------- hostile inputs (fuzzing)
+
+DEEP = "@@DEEP{}@@"
+"""A placeholder value that :func:`json_text` turns into lists nested that deep (deeper
+than ``json.dumps`` can write)."""
+
+
+def hostile_values() -> st.SearchStrategy:
+    """JSON values a hostile or careless file holds where a number or a name belongs:
+    huge, negative and boundary integers, NaN and infinities, escape sequences, wrong
+    types, deep nesting."""
+    return st.one_of(
+        st.integers(-3, 10),
+        st.sampled_from([4095, 4096, 4097, 32768, 32769, 2**31, 2**63, 10**9, 10**18,
+                         10**100, -2**63]),
+        st.integers(-2**80, 2**80),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.sampled_from(["", "x", "0", "4", "ring:4", "\x1b[31mred\x1b]0;t\x07", "a\nb",
+                         "[bold]x[/]", "i", "o", "s", "c", "r", "allgather", "1e999",
+                         "\ud800", "\x08"]),
+        st.text(max_size=12),
+        st.none(), st.booleans(), st.just([]), st.just({}),
+        st.lists(st.integers(-2, 70), max_size=4),
+        st.sampled_from([10, 500, 5000, 100_000]).map(DEEP.format),
+    )
+
+
+@st.composite
+def mutated(draw, document: object, max_edits: int = 3) -> object:
+    """``document`` (parsed JSON) with a few edits: a value anywhere replaced by a
+    :func:`hostile_values` one, a key or list entry deleted or repeated."""
+    import copy
+
+    data = copy.deepcopy(document)
+    for _ in range(draw(st.integers(1, max_edits))):
+        containers = list(_containers(data))
+        if not containers:
+            return draw(hostile_values())
+        holder = draw(st.sampled_from(containers))
+        keys = list(holder) if isinstance(holder, dict) else list(range(len(holder)))
+        if not keys:
+            continue
+        key = draw(st.sampled_from(keys))
+        action = draw(st.sampled_from(["set", "set", "set", "delete", "repeat"]))
+        if action == "set":
+            holder[key] = draw(hostile_values())
+        elif action == "delete":
+            del holder[key]
+        elif isinstance(holder, list):
+            holder.insert(key, copy.deepcopy(holder[key]))
+    return data
+
+
+def _containers(value: object, depth: int = 0):
+    """Every dict and list inside ``value`` (not too deep, to keep the choice quick)."""
+    if isinstance(value, (dict, list)) and depth < 6:
+        yield value
+        for item in (value.values() if isinstance(value, dict) else value):
+            yield from _containers(item, depth + 1)
+
+
+def json_text(data: object) -> str:
+    """``data`` as JSON text (NaN and Infinity as Python writes them), deep placeholders
+    expanded."""
+    import json
+    import re
+
+    text = json.dumps(data, allow_nan=True)
+    return re.sub(r'"@@DEEP(\d+)@@"', lambda m: "[" * int(m[1]) + "]" * int(m[1]), text)
+
+
+def topology_specs() -> st.SearchStrategy[str]:
+    """What people type for a zoo machine, right and wrong: names with sizes from tiny to
+    absurd (but none that is valid and slow to build), odd separators, garbage."""
+    small = st.integers(0, 40).map(str)
+    absurd = st.sampled_from(["4097", "99999", "1000000000", "9" * 30, "9" * 5000,
+                              "00000000000000000004", "-1", "1.5", "1e9", "x"])
+    number = st.one_of(small, absurd)
+    names = st.sampled_from(["ring", "fully-connected", "switch", "mesh", "torus",
+                             "hypercube", "dgx1", "ndv2", "dgx2", "dgx-a100", "dgx-h100",
+                             "mist", "cedar", "nosuch", ""])
+    dims = st.lists(number, min_size=1, max_size=4).map("x".join)
+    return st.one_of(
+        st.tuples(names, st.sampled_from([":", "", "::", ": "]), dims).map("".join),
+        st.text(max_size=30),
+    )
+
+
+def size_texts() -> st.SearchStrategy[str]:
+    """``--sizes`` values, right and wrong: sizes with units, ranges with factors near
+    1, huge and non-finite numbers, garbage."""
+    number = st.one_of(st.integers(0, 4096).map(str),
+                       st.sampled_from(["1" + "0" * 400, "0.5", "1.5", "9" * 30, "nan",
+                                        "inf", "-1", "1e3", ""]))
+    size = st.tuples(number, st.sampled_from(["", "B", "KB", "MB", "GB", "TB", "K", "PB",
+                                              "kb", " MB", "x"])).map("".join)
+    factor = st.sampled_from(["2", "1.5", "1.0000001", "1", "0.5", "nan", "inf", "abc",
+                              "1e3", "1" + "0" * 400, "32"])
+    return st.one_of(
+        st.lists(size, min_size=1, max_size=4).map(",".join),
+        st.tuples(size, size).map(":".join),
+        st.tuples(size, size, factor).map(":".join),
+        st.text(max_size=20),
+    )

@@ -163,3 +163,147 @@ def test_console_script_runs_as_a_process():
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["ranks"] == 4
+
+
+# ----------------------------------------------------------------- hostile input (issue 11)
+
+
+def _one_line(err: str) -> None:
+    assert err.startswith("ccweave: error:") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+
+
+def _strict_json(text: str) -> object:
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_deeply_nested_and_huge_numbers_in_json_files(tmp_path, capsys):
+    deep, digits = tmp_path / "deep.json", tmp_path / "digits.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    digits.write_text('{"ranks": ' + "9" * 5000 + ', "links": []}')
+    for argv, path in ((["verify", str(deep)], deep), (["topo", "show", str(digits)], digits),
+                       (["compare", str(deep), "allgather"], deep)):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and str(path) in err
+        _one_line(err)
+    assert "nested too deep" in run(capsys, "verify", str(deep))[2]
+
+
+@pytest.mark.parametrize("sizes", ["1KB:1GB:abc", "1" + "0" * 400, "1KB:1GB:nan",
+                                   "1KB:1GB:inf", "1KB:1GB:1.0000001"])
+def test_bad_sizes_are_one_line(capsys, sizes):
+    code, _, err = run(capsys, "bounds", "ring:4", "allgather", "--sizes", sizes)
+    assert code == 2
+    _one_line(err)
+    assert "size" in err and len(err) < 300
+
+
+def test_a_nan_bandwidth_names_the_file_entry(tmp_path, capsys):
+    links = [{"src": a, "dst": b, "bw_GBps": 1, "duplex": True}
+             for a, b in ((0, 1), (1, 2), (2, 3), (3, 0))]
+    path = tmp_path / "nan.json"
+    path.write_text(json.dumps({"ranks": 4, "links": [
+        *links, {"src": 0, "dst": 2, "bw_GBps": float("nan"), "duplex": True}]}))
+    code, _, err = run(capsys, "topo", "show", str(path))
+    assert code == 2 and f"{path}: links[4]: field 'bw_GBps' is nan" in err
+    path.write_text(json.dumps({"ranks": 4, "links": [
+        *links, {"src": 0, "dst": 2, "bw_GBps": 1, "alpha_us": 1e999}]}))
+    assert "links[4]: field 'alpha_us' is inf" in run(capsys, "topo", "show", str(path))[2]
+
+
+def test_names_with_escape_sequences_print_as_text(tmp_path, capsys):
+    path = tmp_path / "evil.json"
+    path.write_text(json.dumps({"name": "evil\x1b[31mRED\x1b]0;title\x07[bold]x",
+                                "ranks": 2, "links": [{"src": 0, "dst": 1, "bw_GBps": 1,
+                                                       "duplex": True}]}))
+    for argv in (["topo", "show", str(path)], ["compare", str(path), "allgather",
+                                               "--sizes", "1MB"]):
+        code, out, err = run(capsys, *argv)
+        assert code == 0
+        assert "\x1b" not in out + err and "\x07" not in out + err
+        assert "evil\\x1b[31mRED\\x1b]0;title\\x07[bold]x" in out
+
+
+def test_json_never_prints_infinity(tmp_path, capsys):
+    sched = tmp_path / "empty.json"
+    assert run(capsys, "synth", "ring:4", "allgather", "-o", str(sched))[0] == 0
+    data = json.loads(sched.read_text())
+    data["transfers"] = []
+    sched.write_text(json.dumps(data))
+    code, out, _ = run(capsys, "simulate", str(sched), "ring:4", "--unverified", "--json")
+    rows = _strict_json(out)
+    assert code == 0 and rows[0]["algbw_GBps"] is None and rows[0]["verified"] is False
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({"ranks": 1, "fabric": {"sw": "switch"},
+                               "links": [{"src": 0, "dst": "sw", "bw_GBps": 1}]}))
+    code, out, _ = run(capsys, "compare", str(one), "allreduce", "--sizes", "1MB", "--json")
+    rows = _strict_json(out)["results"]
+    assert code == 0 and rows and all(row["ratio_to_bound"] is None for row in rows)
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    (lambda d: d.update(transfers=[]), "never written"),
+    (lambda d: [row.__setitem__(8, []) for row in d["transfers"]], "not ordered"),
+    (lambda d: d["transfers"].append(d["transfers"][-1]), "also writes it"),
+    (lambda d: d["transfers"][0].__setitem__(3, 99), "input buffer has"),
+])
+def test_simulate_times_proven_schedules_only(tmp_path, capsys, change, problem):
+    sched = tmp_path / "s.json"
+    assert run(capsys, "synth", "ring:4", "allgather", "-o", str(sched))[0] == 0
+    data = json.loads(sched.read_text())
+    change(data)
+    sched.write_text(json.dumps(data))
+    code, out, err = run(capsys, "simulate", str(sched), "ring:4")
+    assert code == 2 and out == "" and f"{sched}: " in err and problem in err
+    _one_line(err)
+
+
+def test_simulate_unverified_says_so(tmp_path, capsys):
+    sched = tmp_path / "s.json"
+    assert run(capsys, "synth", "ring:4", "allgather", "-o", str(sched))[0] == 0
+    data = json.loads(sched.read_text())
+    for row in data["transfers"]:
+        row[8] = []
+    sched.write_text(json.dumps(data))
+    code, out, _ = run(capsys, "simulate", str(sched), "ring:4", "--unverified")
+    assert code == 0 and "UNPROVEN" in out
+    data["transfers"][0][3] = 99  # malformed: not even --unverified times it
+    sched.write_text(json.dumps(data))
+    code, _, err = run(capsys, "simulate", str(sched), "ring:4", "--unverified")
+    assert code == 2 and "malformed" in err
+
+
+def test_transfer_fields_are_honoured_or_refused(tmp_path, capsys):
+    sched = tmp_path / "s.json"
+    assert run(capsys, "synth", "ring:4", "allgather", "-o", str(sched))[0] == 0
+    data = json.loads(sched.read_text())
+    fields = data["transfer_fields"][:10]
+    reversed_rows = {**data, "transfer_fields": fields[::-1],
+                     "transfers": [row[:10][::-1] for row in data["transfers"]]}
+    sched.write_text(json.dumps(reversed_rows))
+    code, out, _ = run(capsys, "verify", str(sched))
+    assert code == 0 and "proven" in out  # the header is read: rows follow it
+    sched.write_text(json.dumps({**data, "transfer_fields": fields[::-1]}))
+    code, _, err = run(capsys, "verify", str(sched))
+    assert code == 2 and "transfers[0]" in err  # rows that do not follow it are refused
+    sched.write_text(json.dumps({**data, "transfer_fields": [*fields[:9], "chanel"]}))
+    code, _, err = run(capsys, "verify", str(sched))
+    assert code == 2 and "unknown field 'chanel'" in err
+
+
+def test_python_api_errors_are_ccweave_errors():
+    from ccweave.errors import CCWeaveError
+    from ccweave.simulate import simulate
+    from ccweave.synth import synthesize
+    from ccweave.topology import zoo
+
+    topo = zoo.get("ring:4")
+    with pytest.raises(CCWeaveError, match="zoo name as a string"):
+        zoo.get(None)
+    with pytest.raises(CCWeaveError, match=r"must be a Topology.*ccweave\.topology\.io\.load"):
+        synthesize("ring:4", "allreduce")
+    with pytest.raises(CCWeaveError, match="finite number"):
+        simulate(synthesize(topo, "allreduce"), topo, 10**400)

@@ -5,11 +5,13 @@ not fit or a schedule that fails verification is refused before any communicatio
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -126,23 +128,41 @@ def test_a_killed_mpi_rank_is_named_and_the_job_stopped():
     job.assert_nothing_left()
 
 
-def test_ctrl_c_stops_every_rank():
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs /proc")
+def test_a_local_job_listens_on_loopback_only_and_ctrl_c_exits_130():
+    from tests.test_runtime_store import listening
+
     job = Job("gloo")
     job.wait_running()
+    sockets = {pid: listening(pid) for pid in [job.proc.pid, *job.processes()]}
+    assert sockets[job.proc.pid], "the launcher hosts the job's store"
+    for pid, found in sockets.items():
+        for address, port in found:
+            ip = ipaddress.ip_address(address)
+            assert (getattr(ip, "ipv4_mapped", None) or ip).is_loopback, \
+                f"process {pid} listens on {address}:{port}"
     job.proc.send_signal(signal.SIGINT)
     code, err = job.finish()
-    assert code == 2 and "interrupted (SIGINT); stopped all 4 ranks" in err
+    assert code == 130, err  # 128 + SIGINT, as a shell reports Ctrl-C; 2 is bad input
+    assert "ccweave: interrupted (SIGINT); stopped all 4 ranks" in err
     job.assert_nothing_left()
+
+
+def _run_folders() -> set[str]:
+    return {name for name in os.listdir(tempfile.gettempdir())
+            if name.startswith(("ccweave-run-", "ccweave-profile-"))}
 
 
 @pytest.mark.parametrize("backend", ["gloo", pytest.param("mpi", marks=[needs_mpi,
                                                                           pytest.mark.slow])])
-def test_a_killed_launcher_leaves_no_rank_behind(backend):
+def test_a_killed_launcher_leaves_no_rank_and_no_file_behind(backend):
+    before = _run_folders()
     job = Job(backend)
     job.wait_running()
     job.proc.kill()
     job.finish()
     job.assert_nothing_left()
+    assert _run_folders() <= before  # the plan and report lived in the launcher's memory
 
 
 @pytest.mark.slow
@@ -153,6 +173,33 @@ def test_a_hung_rank_times_out_the_others_and_is_stopped():
     code, err = job.finish(90)
     assert code == 2
     assert "no transfer finished in 3 s" in err
+    assert "rank(s) 1 did not stop" in err
+    job.assert_nothing_left()
+
+
+@needs_mpi
+def test_a_stopped_mpi_rank_is_named():
+    job = Job("mpi", "--timeout", "3")
+    job.wait_running()
+    os.kill(job.rank_pid(2), signal.SIGSTOP)
+    code, err = job.finish(120)
+    assert code == 2
+    assert "ccweave: error: rank(s) 2 stopped progressing" in err, err
+    job.assert_nothing_left()
+
+
+@pytest.mark.slow
+def test_a_rank_stopped_before_its_first_transfer_is_named():
+    job = Job("gloo", "--timeout", "3")
+    deadline = time.monotonic() + 180
+    while "1" not in job.processes().values():
+        assert time.monotonic() < deadline and job.proc.poll() is None
+        time.sleep(0.01)
+    os.kill(job.rank_pid(1), signal.SIGSTOP)  # before it joins: the others wait for it
+    code, err = job.finish(180)
+    assert code == 2 and "Traceback" not in err
+    assert "rank(s) 1 never joined the job" in err or \
+        "rank(s) 1 joined but did not finish setting up" in err, err
     assert "rank(s) 1 did not stop" in err
     job.assert_nothing_left()
 
@@ -196,3 +243,47 @@ def test_unknown_dtype_and_op_are_refused_before_starting(capsys):
     assert "dtype 'float8'" in capsys.readouterr().err
     assert main(["run", "switch:4", "allreduce", "--op", "bxor"]) == 2
     assert "reduction 'bxor'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf", "0", "-1"])
+def test_a_timeout_that_is_not_a_positive_number_is_refused(capsys, timeout):
+    assert main(["run", "switch:4", "allreduce", "--timeout", timeout]) == 2
+    assert f"--timeout {float(timeout)}: give a positive number" in capsys.readouterr().err
+
+
+def test_nccl_without_a_gpu_is_refused_before_any_rank_starts(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    started = time.monotonic()
+    assert main(["run", "switch:4", "allreduce", "--backend", "nccl"]) == 2
+    assert "--backend nccl needs CUDA GPUs" in capsys.readouterr().err
+    assert time.monotonic() - started < 20  # no rank was started
+
+
+def test_positional_arguments_must_agree_with_the_schedule(tmp_path, capsys):
+    path = tmp_path / "ag4.json"
+    assert main(["synth", "switch:4", "allgather", "-o", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["run", "switch:4", "allreduce", "--schedule", str(path)]) == 2
+    assert "'allreduce' disagrees with --schedule" in capsys.readouterr().err
+    assert main(["run", "switch:8", "allgather", "--schedule", str(path)]) == 2
+    assert "switch:8 has 8 ranks but --schedule" in capsys.readouterr().err
+
+
+def test_a_schedule_that_fails_verification_names_the_file(tmp_path, capsys):
+    good = classic_schedules(load("switch:4"), [Kind.ALLREDUCE])[0][1]
+    path = tmp_path / "bad.json"
+    schedule_io.save(replace(good, transfers=good.transfers[:-1]), path)
+    assert main(["run", "--schedule", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ccweave: error: {path}: ") and "is not proven" in err
+
+
+def test_sizes_that_cannot_fit_memory_are_refused_before_any_rank_starts(capsys):
+    assert main(["run", "switch:4", "allreduce", "--sizes", "1TB"]) == 2
+    err = capsys.readouterr().err
+    assert "--sizes 1TB: 4 rank(s) on this host need about" in err and "available" in err
+    assert main(["run", "ring:4096", "allgather", "--sizes", "1KB"]) == 2
+    assert "ring:4096: 4096 rank(s) on this host need about" in capsys.readouterr().err

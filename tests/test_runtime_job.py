@@ -3,6 +3,7 @@ they cannot work, and the launcher's verdict on how ranks ended."""
 
 from __future__ import annotations
 
+import re
 import signal
 
 import pytest
@@ -61,3 +62,34 @@ def test_mpirun_command_runs_ranks_as_root_only_when_root(monkeypatch):
     assert command[-3:] == ["ccweave.cli", "run", "x"]
     monkeypatch.setattr("os.geteuid", lambda: 1000)
     assert "--allow-run-as-root" not in mpirun_command(4, ["run"])
+
+
+@pytest.mark.parametrize(("environ", "message"), [
+    ({"RANK": "x", "WORLD_SIZE": "4"}, "RANK='x' (from env) is not a whole number"),
+    ({"OMPI_COMM_WORLD_RANK": "0"}, "OMPI_COMM_WORLD_SIZE is not set"),
+    ({"RANK": "4", "WORLD_SIZE": "4"}, "RANK=4 is not a rank of the 4 WORLD_SIZE gives"),
+    ({"RANK": "1"}, "RANK='1' is set but WORLD_SIZE is not"),
+    ({"WORLD_SIZE": "2"}, "WORLD_SIZE='2' is set but RANK is not"),
+    ({"RANK": "0", "WORLD_SIZE": "0"}, "a job has at least one rank"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "99999"}, "is not a TCP port"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "-1"}, "LOCAL_RANK='-1'"),
+])
+def test_bad_launcher_environments_are_named(environ, message):
+    with pytest.raises(InputError, match=re.escape(message)):
+        detect(environ)
+
+
+@pytest.mark.parametrize("variables", [{"RANK": "x", "WORLD_SIZE": "4"},
+                                       {"OMPI_COMM_WORLD_RANK": "0"},
+                                       {"RANK": "4", "WORLD_SIZE": "4", "MASTER_PORT": "9"},
+                                       {"RANK": "1"}])
+def test_bad_launcher_environments_are_one_line_from_the_cli(capsys, monkeypatch, variables):
+    from ccweave.cli import main
+
+    for key in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in variables.items():
+        monkeypatch.setenv(key, value)
+    assert main(["run", "switch:4", "allreduce"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ccweave: error:") and err.count("\n") == 1

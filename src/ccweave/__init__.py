@@ -4,6 +4,7 @@ from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import (
     CCWeaveError,
     InputError,
+    LimitError,
     NotApplicableError,
     SolverError,
     TopologyError,
@@ -15,7 +16,7 @@ from ccweave.topology.model import Link, NodeKind, Topology
 __version__ = "0.1.0"
 
 __all__ = [
-    "Buffer", "CCWeaveError", "Collective", "InputError", "Kind", "Link", "NodeKind",
+    "Buffer", "CCWeaveError", "Collective", "InputError", "Kind", "LimitError", "Link", "NodeKind",
     "NotApplicableError", "Op", "Schedule", "ScheduleBuilder", "SolverError", "Topology",
     "TopologyError", "Transfer", "VerificationError", "__version__",
 ]

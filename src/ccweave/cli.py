@@ -13,7 +13,7 @@ import pkgutil
 import sys
 
 from ccweave import __version__, commands
-from ccweave.errors import CCWeaveError
+from ccweave.errors import CCWeaveError, Interrupted, printable
 
 
 def _command_modules() -> list:
@@ -23,8 +23,15 @@ def _command_modules() -> list:
     return sorted(modules, key=lambda module: module.ORDER)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose one-line errors quote arguments printably."""
+
+    def error(self, message: str):  # type: ignore[override]
+        super().error(printable(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ccweave",
         description="Synthesize, verify, simulate, bound, export and run collective "
                     "algorithms shaped to the machine.")
@@ -40,8 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.run(args) or 0)
+    except Interrupted as error:
+        print(f"ccweave: {printable(error)}", file=sys.stderr)
+        return 128 + error.signal_number
     except CCWeaveError as error:
-        print(f"ccweave: error: {error}", file=sys.stderr)
+        print(f"ccweave: error: {printable(error)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ccweave: interrupted", file=sys.stderr)

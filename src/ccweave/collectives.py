@@ -19,6 +19,7 @@ import enum
 from dataclasses import dataclass
 from functools import cached_property
 
+from ccweave import limits
 from ccweave.errors import InputError
 
 
@@ -110,6 +111,10 @@ class Collective:
         if not isinstance(self.chunks_per_rank, int) or self.chunks_per_rank < 1:
             raise InputError(f"collective: chunks_per_rank must be a positive integer, "
                              f"got {self.chunks_per_rank!r}")
+        limits.check_collective(
+            f"{self.kind.value} on {self.num_ranks} ranks with {self.chunks_per_rank} "
+            "chunk(s) per rank", self.num_ranks, self.chunks_per_rank,
+            self.input_chunks + self.output_chunks)
         if not self.kind.is_rooted:
             object.__setattr__(self, "root", 0)
         elif not 0 <= self.root < self.num_ranks:

@@ -5,6 +5,16 @@ Every message names the input (file, field, argument) and says how to fix it.
 
 from __future__ import annotations
 
+_CONTROL = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7f, 0xa0))}
+
+
+def printable(text: object) -> str:
+    """``text`` with control characters (terminal escape sequences, newlines, carriage
+    returns) shown as ``\\xNN`` and lone surrogates as ``\\udNNN``: names from files
+    and arguments print as themselves and an error stays one line."""
+    shown = str(text).translate(_CONTROL)
+    return shown.encode("utf-8", "backslashreplace").decode("utf-8")  # lone surrogates too
+
 
 class CCWeaveError(Exception):
     """Base of every error ccweave raises on purpose."""
@@ -12,6 +22,12 @@ class CCWeaveError(Exception):
 
 class InputError(CCWeaveError, ValueError):
     """A file, argument or option is malformed or names something unknown."""
+
+
+class LimitError(InputError):
+    """An input would need more memory or time than ccweave allows (a topology of a billion
+    ranks, a million sizes); refused before anything is allocated, naming the limit and
+    the estimate (see :mod:`ccweave.limits`)."""
 
 
 class TopologyError(InputError):
@@ -32,3 +48,12 @@ class SolverError(CCWeaveError):
 
 class RuntimeFault(CCWeaveError):
     """Executing a schedule failed: a peer died, world size mismatch, a timeout."""
+
+
+class Interrupted(CCWeaveError):
+    """The user stopped a job (Ctrl-C, SIGTERM); the CLI exits 128 + the signal's number,
+    as a shell does (130 for Ctrl-C)."""
+
+    def __init__(self, message: str, signal_number: int) -> None:
+        super().__init__(message)
+        self.signal_number = signal_number

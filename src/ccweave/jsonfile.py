@@ -21,8 +21,15 @@ def read_json(path: str | Path, fix: str, error: type[InputError] = InputError) 
         raise error(f"{path}: is a directory, not a file ({fix})") from None
     except UnicodeDecodeError:
         raise error(f"{path}: not a text file ({fix})") from None
+    except OSError as problem:
+        raise error(f"{path}: cannot read it: {problem.strerror or problem} ({fix})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as problem:
         raise error(f"{path}: not valid JSON: {problem.msg} at line {problem.lineno} "
                     f"column {problem.colno} ({fix})") from None
+    except RecursionError:
+        raise error(f"{path}: arrays or objects nested too deep to read ({fix})") from None
+    except ValueError:  # Python reads integers of at most 4300 digits
+        raise error(f"{path}: holds a number too long to read (over 4300 digits) "
+                    f"({fix})") from None

@@ -13,11 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ccweave import outfile
 from ccweave import schedule as schedule_io
 from ccweave.collectives import Collective
 from ccweave.errors import InputError
 from ccweave.jsonfile import read_json
 from ccweave.schedule import Schedule
+from ccweave.units import shown
 
 FORMAT = "ccweave.plan"
 VERSION = 1
@@ -122,11 +124,14 @@ def from_dict(data: object, source: str = "plan") -> Plan:
     for number, entry in enumerate(entries):
         if not isinstance(entry, dict) or "schedule" not in entry:
             raise InputError(f"{source}: entries[{number}] needs min_bytes, max_bytes, schedule")
-        parsed.append(PlanEntry(int(entry.get("min_bytes", 0)),
-                                None if entry.get("max_bytes") is None
-                                else int(entry["max_bytes"]),
-                                schedule_io.from_dict(entry["schedule"],
-                                                      f"{source}: entries[{number}]")))
+        low, high = entry.get("min_bytes", 0), entry.get("max_bytes")
+        for name, value in (("min_bytes", low), ("max_bytes", high)):
+            if (isinstance(value, bool) or not isinstance(value, int) or value < 0) and not (
+                    name == "max_bytes" and value is None):
+                raise InputError(f"{source}: entries[{number}].{name} must be a whole number "
+                                 f"of bytes >= 0, got {shown(value)}")
+        parsed.append(PlanEntry(low, high, schedule_io.from_dict(
+            entry["schedule"], f"{source}: entries[{number}]")))
     try:
         return Plan(tuple(parsed), str(data.get("name", "")))
     except InputError as error:
@@ -134,7 +139,8 @@ def from_dict(data: object, source: str = "plan") -> Plan:
 
 
 def save(plan: Plan, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(to_dict(plan), separators=(",", ":")) + "\n")
+    """Write ``plan`` as JSON, atomically (a failed write keeps the old file)."""
+    outfile.write_text(path, json.dumps(to_dict(plan), separators=(",", ":")) + "\n")
 
 
 def load(path: str | Path) -> Plan:

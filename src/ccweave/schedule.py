@@ -16,8 +16,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ccweave import limits
 from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import InputError
+from ccweave.units import shown
 
 
 class Op(str, enum.Enum):
@@ -77,6 +79,20 @@ class Schedule:
     in_place: bool = False
     name: str = ""
     metadata: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        scratch = self.scratch_chunks
+        if isinstance(scratch, bool) or not isinstance(scratch, int) or scratch < 0:
+            raise InputError(f"schedule {self.name!r}: scratch_chunks must be an integer "
+                             f">= 0, got {scratch!r}")
+        coll = self.collective
+        if scratch:  # the collective checked its input and output already
+            limits.check(f"schedule {self.name or '(unnamed)'!r} with {scratch} scratch "
+                         "chunk(s) per rank", coll.num_ranks * (coll.input_chunks
+                                                                + coll.output_chunks + scratch),
+                         limits.MAX_SLOTS,
+                         "buffer slots (ranks x (input + output + scratch) chunks)",
+                         "use less scratch")
 
     @property
     def num_ranks(self) -> int:
@@ -402,8 +418,7 @@ def to_dict(schedule: Schedule) -> dict[str, object]:
         "in_place": schedule.in_place,
         "scratch_chunks": schedule.scratch_chunks,
         "metadata": dict(schedule.metadata),
-        "transfer_fields": ["src", "dst", "src_buffer", "src_index", "dst_buffer", "dst_index",
-                            "count", "op", "deps", "channel", "via"],
+        "transfer_fields": list(TRANSFER_FIELDS),
         "transfers": [_row(t) for t in schedule.transfers],
     }
 
@@ -417,12 +432,16 @@ def _row(t: Transfer) -> list[object]:
 
 
 def from_dict(data: object, source: str = "schedule") -> Schedule:
-    """Rebuild a Schedule from :func:`to_dict`'s form; errors name ``source`` and the field."""
+    """Rebuild a Schedule from :func:`to_dict`'s form; errors name ``source`` and the field.
+
+    Rows follow ``transfer_fields`` when the file gives it (any order of the eleven
+    names); without it, :func:`to_dict`'s order.
+    """
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise InputError(f"{source}: not a ccweave schedule (expected \"format\": "
                          f"\"{FORMAT}\"); make one with `ccweave synth`")
     if data.get("version") != VERSION:
-        raise InputError(f"{source}: schedule version {data.get('version')!r} is not "
+        raise InputError(f"{source}: schedule version {shown(data.get('version'))} is not "
                          f"supported (this ccweave reads version {VERSION})")
     try:
         coll = data["collective"]
@@ -432,29 +451,81 @@ def from_dict(data: object, source: str = "schedule") -> Schedule:
         rows = data["transfers"]
         if not isinstance(rows, list):
             raise TypeError("transfers must be a list")
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as error:
+        if isinstance(error, InputError):
+            raise type(error)(f"{source}: field 'collective': {error}") from None
         raise InputError(f"{source}: field 'collective' or 'transfers' is malformed "
-                         f"({error}); regenerate the file with `ccweave synth`") from None
+                         f"({shown(error, 80)}); regenerate the file with `ccweave synth`"
+                         ) from None
+    order, via_at = _field_order(data.get("transfer_fields"), source)
     transfers = []
     for number, row in enumerate(rows):
         try:
-            src, dst, sbuf, sidx, dbuf, didx, count, op, deps, channel, *via = row
-            if len(via) > 1 or (via and not all(isinstance(n, str) for n in via[0])):
+            values = row if order is None else _canonical(row, order, via_at)
+            src, dst, sbuf, sidx, dbuf, didx, count, op, deps, channel, *via = values
+            if len(via) > 1 or (via and not (isinstance(via[0], list) and all(
+                    isinstance(n, str) for n in via[0]))):
                 raise ValueError("via must be a list of fabric node names")
             transfers.append(Transfer(_int(src), _int(dst), _CODE_BUFFER[sbuf], _int(sidx),
                                       _CODE_BUFFER[dbuf], _int(didx), _int(count), _CODE_OP[op],
                                       tuple(_int(d) for d in deps), _int(channel),
                                       tuple(via[0]) if via else None))
-        except (KeyError, TypeError, ValueError):
-            raise InputError(f"{source}: transfers[{number}] = {row!r} is malformed; each row "
-                             "is [src, dst, src_buffer i|o|s, src_index, dst_buffer, dst_index, "
-                             "count, op c|r, [deps], channel] and optionally [via nodes]") from None
+        except (KeyError, TypeError, ValueError, IndexError):
+            fields = ", ".join(TRANSFER_FIELDS[:10]) if order is None else ", ".join(
+                data["transfer_fields"])
+            raise InputError(f"{source}: transfers[{number}] = {shown(row, 80)} is malformed; "
+                             f"each row is [{fields}] (buffers i|o|s, op c|r, deps a list)"
+                             + ("" if order is not None else " and optionally [via nodes]")
+                             ) from None
     scratch = data.get("scratch_chunks", 0)
-    if not isinstance(scratch, int) or scratch < 0:
-        raise InputError(f"{source}: scratch_chunks must be an integer >= 0, got {scratch!r}")
+    if isinstance(scratch, bool) or not isinstance(scratch, int) or scratch < 0:
+        raise InputError(f"{source}: scratch_chunks must be an integer >= 0, "
+                         f"got {shown(scratch)}")
     metadata = data.get("metadata", {})
-    return Schedule(collective, tuple(transfers), scratch, bool(data.get("in_place", False)),
-                    str(data.get("name", "")), metadata if isinstance(metadata, dict) else {})
+    try:
+        return Schedule(collective, tuple(transfers), scratch, bool(data.get("in_place", False)),
+                        str(data.get("name", "")), metadata if isinstance(metadata, dict) else {})
+    except InputError as error:
+        raise type(error)(f"{source}: {error}") from None
+
+
+TRANSFER_FIELDS = ("src", "dst", "src_buffer", "src_index", "dst_buffer", "dst_index",
+                   "count", "op", "deps", "channel", "via")
+"""The names of a transfer row's elements, in :func:`to_dict`'s order."""
+
+
+def _field_order(header: object, source: str) -> tuple[list[int] | None, int | None]:
+    """Where each of :data:`TRANSFER_FIELDS` sits in a row under ``header`` (the file's
+    ``transfer_fields``), and where ``via`` sits; ``(None, None)`` for the usual order."""
+    if header is None or header in (list(TRANSFER_FIELDS), list(TRANSFER_FIELDS[:10])):
+        return None, None
+    known = set(TRANSFER_FIELDS)
+    if not isinstance(header, list) or not all(isinstance(f, str) for f in header):
+        raise InputError(f"{source}: field 'transfer_fields' must be a list of field names "
+                         f"({', '.join(TRANSFER_FIELDS)}), got {shown(header)}")
+    unknown = [f for f in header if f not in known]
+    missing = [f for f in TRANSFER_FIELDS[:10] if f not in header]
+    if unknown or missing or len(set(header)) != len(header):
+        what = (f"unknown field {shown(unknown[0])}" if unknown else
+                f"no {missing[0]!r}" if missing else "a field named twice")
+        raise InputError(f"{source}: field 'transfer_fields' has {what}; it names each of "
+                         f"{', '.join(TRANSFER_FIELDS)} once (via may be left out)")
+    return ([header.index(f) for f in TRANSFER_FIELDS[:10]],
+            header.index("via") if "via" in header else None)
+
+
+def _canonical(row: object, order: list[int], via_at: int | None) -> list[object]:
+    """A row under a reordered header, in :data:`TRANSFER_FIELDS` order; ``via`` may be
+    null or, when it is the header's last field, left out."""
+    if not isinstance(row, list):
+        raise TypeError("a row is a list")
+    width = len(order) + (via_at is not None)
+    if len(row) != width and not (via_at == width - 1 and len(row) == width - 1):
+        raise ValueError(f"a row has {width} elements")
+    values = [row[i] for i in order]
+    if via_at is not None and via_at < len(row) and row[via_at] is not None:
+        values.append(row[via_at])
+    return values
 
 
 def _int(value: object) -> int:
@@ -464,7 +535,29 @@ def _int(value: object) -> int:
 
 
 def save(schedule: Schedule, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(to_dict(schedule), separators=(",", ":")) + "\n")
+    """Write ``schedule`` as JSON, atomically (a failed write keeps the old file), the
+    transfers streamed in batches: at 25 million transfers the whole document as Python
+    lists and one string would take about 7 GB more."""
+    from ccweave import outfile
+
+    outfile.write_with(path, lambda temp: _write(schedule, temp))
+
+
+_ROWS_PER_WRITE = 65536
+
+
+def _write(schedule: Schedule, path: Path) -> None:
+    """:func:`to_dict`'s JSON (``transfers`` is its last key), written row batch by batch."""
+    head = json.dumps({**to_dict(replace(schedule, transfers=())), "transfers": []},
+                      separators=(",", ":"))
+    assert head.endswith('"transfers":[]}')
+    transfers = schedule.transfers
+    with open(path, "w") as out:
+        out.write(head[:-2])
+        for start in range(0, len(transfers), _ROWS_PER_WRITE):
+            batch = [_row(t) for t in transfers[start:start + _ROWS_PER_WRITE]]
+            out.write(("," if start else "") + json.dumps(batch, separators=(",", ":"))[1:-1])
+        out.write("]}\n")
 
 
 def load(path: str | Path) -> Schedule:

@@ -110,9 +110,9 @@ def simulate(schedule: Schedule, topology: Topology, size_bytes: float) -> SimRe
     critical path.
     """
     if not (isinstance(size_bytes, (int, float, np.integer, np.floating))
-            and math.isfinite(size_bytes) and size_bytes >= 0):
+            and not isinstance(size_bytes, bool) and 0 <= size_bytes < 2.0**1000):
         raise InputError(f"simulate: size_bytes must be a finite number >= 0, "
-                         f"got {size_bytes!r}")
+                         f"got {size_bytes!r:.40}")
     with gc_paused():
         plan = _Plan(schedule, topology, float(size_bytes))
         ready, start, finish, last_dep, busy = _run(plan)

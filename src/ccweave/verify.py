@@ -21,6 +21,10 @@ from ccweave.topology.model import Topology
 MAX_PROBLEMS = 20
 """``check`` stops after this many problems: the first few say what is wrong."""
 
+_PRECISE_SLOTS = 2**20
+"""Up to this many buffer slots the transfers are always run (problems name each slot);
+above, a schedule that cannot write enough output slots is refused before the run."""
+
 _INITIAL = -1
 """Writer of a slot that holds (or lacks) its initial value: ordered before everything."""
 
@@ -42,6 +46,10 @@ class ProblemKind(str, enum.Enum):
     WRONG_OUTPUT = "wrong_output"
     MISSING_OUTPUT = "missing_output"
     NO_ROUTE = "no_route"
+
+
+_MALFORMED = frozenset({ProblemKind.OUT_OF_RANGE, ProblemKind.BAD_RANK, ProblemKind.BAD_COUNT,
+                        ProblemKind.DANGLING_DEP, ProblemKind.CYCLE, ProblemKind.NO_ROUTE})
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,13 @@ class VerifyResult:
     outputs: int = 0
     truncated: bool = False
 
+    @property
+    def malformed(self) -> bool:
+        """Whether a problem makes the schedule unrunnable (a rank, slot or dependency
+        that does not exist, a cycle, a missing route), not just wrong: nothing can
+        simulate, export or run it even unverified."""
+        return any(p.kind in _MALFORMED for p in self.problems)
+
     def summary(self) -> str:
         """One line for people."""
         if self.ok:
@@ -101,6 +116,8 @@ def check(schedule: Schedule, topology: Topology | None = None) -> VerifyResult:
         malformed = bool(report.problems)  # cannot run those; a missing route can run
         if topology is not None:
             _check_topology(schedule, topology, report)
+        if not malformed:
+            malformed = not _can_cover(schedule, report)
         order = None if malformed else _order(schedule.transfers, report)
         if order is not None:
             run = _Run(schedule, order, report)
@@ -249,6 +266,28 @@ def _check_range(schedule: Schedule, index: int, t: Transfer, verb: str, rank: i
                f"has {size} chunk(s){fix}", index, rank, buffer, start)
 
 
+def _can_cover(schedule: Schedule, report: _Report) -> bool:
+    """Whether the transfers write enough slots to fill the outputs at all: a cheap bound
+    checked before a slot table for every rank is made (a small file that declares a
+    large collective is refused at once, not after allocating for all its slots)."""
+    coll = schedule.collective
+    slots = coll.num_ranks * (coll.input_chunks + coll.output_chunks + schedule.scratch_chunks)
+    if slots <= _PRECISE_SLOTS:  # small enough: the run names each slot that is missed
+        return True
+    ranks = range(coll.num_ranks)
+    need = sum(coll.output_chunks for rank in ranks if coll.has_output(rank))
+    if schedule.in_place:  # an output slot aliasing an input may hold its value already
+        need -= sum(coll.input_chunks for rank in ranks if coll.has_input(rank))
+    written = sum(t.count for t in schedule.transfers if t.dst_buffer != Buffer.SCRATCH)
+    if written >= need:
+        return True
+    report.add(ProblemKind.MISSING_OUTPUT,
+               f"the transfers write at most {written:,} output slot(s), but the "
+               f"{coll.describe()} needs at least {need:,} written; most outputs are never "
+               "written")
+    return False
+
+
 def _check_topology(schedule: Schedule, topology: Topology, report: _Report) -> None:
     """The rank counts agree and every remote transfer has a route that avoids other ranks."""
     if topology.num_ranks != schedule.num_ranks:
@@ -349,7 +388,9 @@ class _Run:
         self.slots = _Slots(schedule)
         self.value = [0] * self.slots.size
         self.writer = [_INITIAL] * self.slots.size
-        self.readers: list[list[int]] = [[] for _ in range(self.slots.size)]
+        self.readers: dict[int, list[int]] = {}
+        """Slot -> transfers that read it since its last write (only slots that have some:
+        an empty list per slot would cost ~1 GB at 1024 ranks)."""
         for (rank, i), mask in self.coll.precondition.items():
             self.value[self.slots.table[(rank, Buffer.INPUT)][i]] = mask
         self._seen_for = -1
@@ -403,10 +444,10 @@ class _Run:
                 self._bad_read(index, t, k, slot)
         for k, slot in enumerate(targets):
             last = writer[slot]
-            if readers[slot] or (last >= 0 and last != index and last not in deps):
+            if slot in readers or (last >= 0 and last != index and last not in deps):
                 self._check_write(index, t, k, slot)
         for slot in sources:
-            readers[slot].append(index)
+            readers.setdefault(slot, []).append(index)
         if t.op == Op.REDUCE:
             for k, slot in enumerate(targets):
                 self._reduce(index, t, k, slot, values[k])
@@ -415,7 +456,7 @@ class _Run:
                 value[slot] = mask
         for slot in targets:
             writer[slot] = index
-            readers[slot].clear()
+            readers.pop(slot, None)
 
     def _bad_read(self, index: int, t: Transfer, k: int, slot: int) -> None:
         writer = self.writer[slot]
@@ -436,7 +477,7 @@ class _Run:
             self._problem(ProblemKind.RACE_WRITE, index, t, k, True,
                           f"but {_name(writer, self.transfers)} also writes it and is not "
                           "ordered before it by deps; add that dep")
-        for reader in self.readers[slot]:
+        for reader in self.readers.get(slot, ()):
             if reader != index and not self.ordered(reader, index):
                 self._problem(ProblemKind.RACE_READ, index, t, k, True,
                               f"but {_name(reader, self.transfers)} reads it and is not "

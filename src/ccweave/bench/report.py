@@ -134,12 +134,11 @@ def plot(rows: Sequence[Row], collective: Collective, title: str, prefix: str) -
     ax.set_xscale("log", base=2)
     ax.set_xlabel("size (bytes)")
     ax.set_ylabel("busbw (GB/s), measured; dashed: predicted")
-    ax.set_title(title)
+    ax.set_title(title, parse_math=False)
     ax.legend(fontsize=8)
     ax.grid(True, alpha=0.3)
     paths.append(f"{prefix}-busbw.png")
-    fig.savefig(paths[-1], dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    _save(fig, paths[-1])
     pairs = [(row.measured_s, row.predicted_s, row.algorithm) for row in rows
              if row.predicted_s]
     if pairs:
@@ -154,10 +153,22 @@ def plot(rows: Sequence[Row], collective: Collective, title: str, prefix: str) -
         ax.set_yscale("log")
         ax.set_xlabel("measured time (s)")
         ax.set_ylabel("predicted time (s)")
-        ax.set_title(f"{title}: predicted vs measured")
+        ax.set_title(f"{title}: predicted vs measured", parse_math=False)
         ax.legend(fontsize=7)
         ax.grid(True, alpha=0.3)
         paths.append(f"{prefix}-predicted.png")
-        fig.savefig(paths[-1], dpi=120, bbox_inches="tight")
-        plt.close(fig)
+        _save(fig, paths[-1])
     return paths
+
+
+def _save(fig, path: str) -> None:
+    """Write a figure as PNG atomically (a failed write keeps the old file), then close it."""
+    import matplotlib.pyplot as plt
+
+    from ccweave import outfile
+
+    try:
+        outfile.write_with(path, lambda temp: fig.savefig(temp, dpi=120, format="png",
+                                                          bbox_inches="tight"))
+    finally:
+        plt.close(fig)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ccweave import outfile
 from ccweave import schedule as schedule_io
 from ccweave.collectives import Kind
 from ccweave.errors import InputError
@@ -17,6 +18,13 @@ TOPO_HELP = "a zoo name (dgx1, ndv2:2, dgx-a100:4, ring:8, torus:4x4...) or a to
 
 def topology(spec: str) -> Topology:
     return topology_io.load(spec)
+
+
+def output(path: str, *inputs: str | None, flag: str = "-o") -> bool:
+    """Refuse an output path that cannot be written or is one of ``inputs`` (before any
+    work); whether writing it will replace a file."""
+    outfile.check(path, inputs, flag)
+    return outfile.replaces(path)
 
 
 def kind(text: str) -> Kind:

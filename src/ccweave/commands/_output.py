@@ -8,7 +8,10 @@ import sys
 from collections.abc import Iterable, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+from ccweave.errors import printable
 
 # wide when piped, so tables are not folded into unreadable columns
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
@@ -21,8 +24,22 @@ def progress_printer():
 
 
 def print_json(data: object) -> None:
-    json.dump(data, sys.stdout, indent=1, default=_jsonable)
+    """``data`` as JSON; infinities and NaN (a zero time, a one-rank bound) become
+    ``null``, so the output is JSON every parser reads."""
+    json.dump(_finite(data), sys.stdout, indent=1, default=_jsonable, allow_nan=False)
     sys.stdout.write("\n")
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_finite(item) for item in value]
+    if hasattr(value, "tolist") and hasattr(value, "dtype"):  # numpy arrays and scalars
+        return _finite(value.tolist())
+    return value
 
 
 def _jsonable(value: object) -> object:
@@ -35,14 +52,26 @@ def _jsonable(value: object) -> object:
     return str(value)
 
 
+def plain(value: object) -> str:
+    """``value`` as text that prints as itself: control characters (terminal escape
+    sequences, newlines) shown as ``\\xNN`` and rich markup escaped. For names and paths
+    that come from files or arguments."""
+    return escape(printable(value))
+
+
+def wrote(path: object, replaced: bool) -> str:
+    """``wrote PATH``, or ``replaced PATH`` when a file was there before."""
+    return f"{'replaced' if replaced else 'wrote'} {plain(path)}"
+
+
 def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]],
                 highlight: Sequence[bool] | None = None) -> None:
-    table = Table(title=title, title_justify="left", header_style="bold")
+    table = Table(title=plain(title), title_justify="left", header_style="bold")
     for number, column in enumerate(columns):
         table.add_column(column, justify="left" if number == 0 else "right")
     for number, row in enumerate(rows):
         style = "bold green" if highlight and highlight[number] else None
-        table.add_row(*(fmt(cell) for cell in row), style=style)
+        table.add_row(*(plain(fmt(cell)) for cell in row), style=style)
     console.print(table)
 
 

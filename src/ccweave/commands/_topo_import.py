@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ccweave.commands import _output
+from ccweave.commands import _inputs, _output
 from ccweave.errors import InputError
 from ccweave.topology import io as topology_io
 from ccweave.topology import link_table
@@ -46,6 +46,7 @@ def detect_format(path: Path) -> str:
 
 
 def run_import(args) -> int:
+    replaced = _inputs.output(args.output, args.file)
     path = Path(args.file)
     fmt = detect_format(path) if args.format == "auto" else args.format
     if fmt == "nccl-xml":
@@ -62,10 +63,12 @@ def run_import(args) -> int:
                                name=args.name)
     topology_io.write(topo, args.output)
     if args.json:
-        _output.print_json({**topo.summary(), "format": fmt, "output": args.output})
+        _output.print_json({**topo.summary(), "format": fmt, "output": args.output,
+                            "replaced": replaced})
     else:
         summary = topo.summary()
-        _output.console.print(f"{topo.name}: {topo.num_ranks} ranks, fabric "
-                              f"{summary['fabric'] or 'none'}, {len(topo.links)} directed "
-                              f"links, from {fmt}; wrote {args.output}")
+        _output.console.print(f"{_output.plain(topo.name)}: {topo.num_ranks} ranks, fabric "
+                              f"{_output.plain(summary['fabric'] or 'none')}, "
+                              f"{len(topo.links)} directed links, from {fmt}; "
+                              f"{_output.wrote(args.output, replaced)}")
     return 0

@@ -150,7 +150,7 @@ def run(args) -> int:
             parts.append(f"auto ({s.auto_schedule}) {s.auto_over_fastest:.2f}x its time")
         parts += [f"{name} {ratio:.2f}x slower" if ratio >= 1 else
                   f"{name} {1 / ratio:.2f}x faster" for name, ratio in s.speedup.items()]
-        _output.console.print("; ".join(parts))
+        _output.console.print(_output.plain("; ".join(parts)))
     if calibration:
         fitted = calibration.cost
         host = ("unlimited" if fitted.host_bandwidth is None
@@ -171,9 +171,10 @@ def run(args) -> int:
         f"{os.cpu_count()} cores; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"
         f"; peak RSS per rank: {rss}")
     for skip in skipped:
-        _output.console.print(f"[dim]{skip.label}: not applicable: {skip.reason}[/]")
+        _output.console.print(f"[dim]{_output.plain(skip.label)}: not applicable: "
+                              f"{_output.plain(skip.reason)}[/]")
     for path in plots:
-        _output.console.print(f"wrote {path}")
+        _output.console.print(f"wrote {_output.plain(path)}")
     return _wrong_code(rows)
 
 

@@ -50,5 +50,6 @@ def run(args) -> int:
           r.bound_s / scale, r.ratio_to_bound) for r in rows],
         highlight=[r.best for r in rows])
     for skipped in result.skipped:
-        _output.console.print(f"[dim]{skipped.strategy}: not applicable: {skipped.reason}[/]")
+        _output.console.print(f"[dim]{_output.plain(skipped.strategy)}: not applicable: "
+                              f"{_output.plain(skipped.reason)}[/]")
     return 0

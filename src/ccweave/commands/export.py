@@ -44,13 +44,15 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     plan = _load(args.input)
-    if not args.unverified:
-        for entry in plan.entries:
-            result = check(entry.schedule)
-            if not result.ok:
-                raise VerificationError(f"{args.input}: {entry.schedule.name or 'the schedule'} "
-                                        f"is not proven ({result.problems[0].message}); fix it "
-                                        "or pass --unverified")
+    for entry in plan.entries:
+        result = check(entry.schedule)
+        if result.malformed or not (result.ok or args.unverified):
+            how = "is malformed" if result.malformed else "is not proven"
+            fix = "fix it" if result.malformed else "fix it or pass --unverified"
+            raise VerificationError(f"{args.input}: {entry.schedule.name or 'the schedule'} "
+                                    f"{how} ({result.problems[0].message}); {fix}")
+    if not args.output.strip():
+        raise InputError("-o '': give an .xml file (one schedule) or a directory (a plan)")
     output = Path(args.output)
     single = not output.is_dir() and output.suffix.lower() == ".xml"
     if single and len(plan.entries) > 1:
@@ -58,30 +60,39 @@ def run(args) -> int:
                          "directory (one XML per range and the config); give -o DIR")
     if single:
         max_bytes = parse_size(args.max_bytes) if args.max_bytes else None
+        replaced = {str(output): _inputs.output(args.output, args.input)}
         msccl_xml.write(plan.entries[0].schedule, output, proto=args.proto,
                         instances=args.instances, runtime=args.runtime, max_bytes=max_bytes)
         files = [output]
     else:
+        if output.exists() and not output.is_dir():
+            raise InputError(f"-o {_output.plain(args.output)}: not a directory; a plan (or "
+                             "an -o without .xml) exports to a directory")
+        replaced = {str(path): _inputs.output(str(path), args.input)
+                    for path in msccl_xml.plan_files(plan, output, args.runtime)
+                    if path.parent.is_dir()}
         files = msccl_xml.export_plan(plan, output, proto=args.proto, instances=args.instances,
                                       runtime=args.runtime)
-    rows = [_summary(path) for path in files]
+    rows = [{**_summary(path), "replaced": replaced.get(str(path), False)} for path in files]
     notes = [note for entry in plan.entries for note in msccl_xml.export_notes(entry.schedule)]
     if args.json:
         _output.print_json({"input": args.input, "runtime": args.runtime, "files": rows,
                             "notes": notes})
         return 0
     for row in rows:
+        wrote = _output.wrote(row["file"], row["replaced"])
         if row.get("config"):
-            _output.console.print(f"wrote {row['file']}: the MSCCL config that selects the "
-                                  f"algorithms by size (MSCCL_CONFIG={row['file']})")
+            _output.console.print(f"{wrote}: the MSCCL config that selects the algorithms by "
+                                  f"size (MSCCL_CONFIG={_output.plain(row['file'])})")
             continue
         steps = ", ".join(f"{code} {count}" for code, count in row["step_types"].items())
         _output.console.print(
-            f"wrote {row['file']}: {row['coll']} on {row['ngpus']} gpus, {row['nchannels']} "
-            f"channel(s), up to {row['threadblocks']} threadblocks and {row['max_steps']} "
-            f"steps per threadblock ({steps}); proto {row['proto']}")
+            f"{wrote}: {_output.plain(row['coll'])} on {row['ngpus']} gpus, "
+            f"{row['nchannels']} channel(s), up to {row['threadblocks']} threadblocks and "
+            f"{row['max_steps']} steps per threadblock ({_output.plain(steps)}); proto "
+            f"{_output.plain(row['proto'])}")
     for note in notes:
-        _output.console.print(f"note: {note}")
+        _output.console.print(f"note: {_output.plain(note)}")
     return 0
 
 

@@ -7,7 +7,7 @@ file still written); what the MSCCL runtime would refuse is listed.
 from __future__ import annotations
 
 from ccweave import schedule as schedule_io
-from ccweave.commands import _output
+from ccweave.commands import _inputs, _output
 from ccweave.export import msccl_xml
 from ccweave.verify import check
 
@@ -23,22 +23,24 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    replaced = _inputs.output(args.output, args.xml)
     sched = msccl_xml.read(args.xml)
     schedule_io.save(sched, args.output)
     result = check(sched)
     warnings = list(sched.metadata.get("msccl_runtime_problems", []))  # type: ignore[call-overload]
     if args.json:
         _output.print_json({**sched.stats(), "input": args.xml, "output": args.output,
-                            "verified": result.ok,
+                            "replaced": replaced, "verified": result.ok,
                             "problems": [p.message for p in result.problems],
                             "runtime_problems": warnings})
         return 0 if result.ok else 1
     verdict = "proven" if result.ok else f"NOT proven: {result.problems[0].message}"
-    _output.console.print(f"{args.xml}: {sched.collective.describe()}, "
+    _output.console.print(f"{_output.plain(args.xml)}: {sched.collective.describe()}, "
                           f"{len(sched.transfers)} transfers on {sched.num_channels} "
-                          f"channel(s); {verdict}; wrote {args.output}")
+                          f"channel(s); {_output.plain(verdict)}; "
+                          f"{_output.wrote(args.output, replaced)}")
     for warning in warnings[:5]:
-        _output.console.print(f"  runtime: {warning}")
+        _output.console.print(f"  runtime: {_output.plain(warning)}")
     if len(warnings) > 5:
         _output.console.print(f"  runtime: ... and {len(warnings) - 5} more")
     return 0 if result.ok else 1

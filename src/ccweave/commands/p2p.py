@@ -41,6 +41,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    replaced = _inputs.output(args.output, args.topology) if args.output else False
+    if args.plot:
+        _inputs.output(args.plot, args.topology, flag="--plot")
     topo = _inputs.topology(args.topology)
     kinds = tuple(k.strip() for k in args.paths.split(",") if k.strip())
     if args.max_relays < 0:
@@ -73,8 +76,8 @@ def run(args) -> int:
         f"p2p {args.src} -> {args.dst} on {topo.name} (simulated; share % / pipeline pieces)",
         ["size", "direct(GB/s)", "multipath(GB/s)", "speedup", *names], rows)
     if args.output:
-        _output.console.print(f"wrote {args.output} (a plan: each size's paths for its "
-                              "range of sizes)")
+        _output.console.print(f"{_output.wrote(args.output, replaced)} (a plan: each size's "
+                              "paths for its range of sizes)")
     return 0
 
 

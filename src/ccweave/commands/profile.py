@@ -8,9 +8,9 @@ Started by hand it launches ``--nproc`` local ranks (gloo over loopback, NCCL, o
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
+import math
 
+from ccweave import outfile
 from ccweave.commands import _inputs, _output
 from ccweave.errors import InputError
 from ccweave.units import format_size
@@ -59,6 +59,10 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from ccweave.profile.result import Profile
 
+    if not args.worker_out:
+        for flag, path in (("-o", args.output), ("--raw", args.raw)):
+            if path is not None:
+                _inputs.output(path, args.base, args.load, flag=flag)
     if args.load:
         return _report(args, Profile.load(args.load))
     _check(args)
@@ -72,6 +76,10 @@ def run(args) -> int:
                              "N local ranks, or start it under torchrun or mpirun")
         if args.nproc < 2:
             raise InputError(f"--nproc {args.nproc}: need at least 2 ranks to measure a link")
+        from ccweave.runtime.launch import check_memory
+
+        check_memory(f"--nproc {args.nproc}", args.backend, args.nproc,
+                     2 * max(_inputs.sizes(args.sizes)))
         return _launch(args)
     if args.nproc is not None and args.nproc != job.world_size:
         raise InputError(f"--nproc {args.nproc}: this process is one of {job.world_size} "
@@ -102,8 +110,8 @@ def _check(args) -> None:
         _inputs.sizes(args.calibrate_sizes)
     if args.iters < 1 or args.warmup < 0:
         raise InputError("--iters must be >= 1 and --warmup >= 0")
-    if args.timeout <= 0:
-        raise InputError("--timeout must be positive seconds")
+    if not 0 < args.timeout < math.inf:
+        raise InputError(f"--timeout {args.timeout}: give a positive number of seconds")
 
 
 def worker_argv(args, out: str) -> list[str]:
@@ -122,13 +130,13 @@ def worker_argv(args, out: str) -> list[str]:
 
 def _launch(args) -> int:
     from ccweave.profile.result import Profile
+    from ccweave.runtime import handoff
     from ccweave.runtime.launch import launch_local, launch_mpi
 
-    with tempfile.TemporaryDirectory(prefix="ccweave-profile-") as folder:
-        out = os.path.join(folder, "profile.json")
+    with handoff.shared_files("profile.json", prefix="ccweave-profile-") as (out,):
         argv = worker_argv(args, out)
         code = (launch_mpi if args.backend == "mpi" else launch_local)(argv, args.nproc)
-        if code != 0 or not os.path.exists(out):
+        if code != 0 or not handoff.read(out):
             from ccweave.errors import RuntimeFault
 
             raise RuntimeFault("the profiling ranks ended without a result (errors above)")
@@ -139,7 +147,7 @@ def _launch(args) -> int:
 def _work(args, job):
     from ccweave.profile import cuda
     from ccweave.profile.measure import measure
-    from ccweave.runtime.job import connect, disconnect
+    from ccweave.runtime.job import connect, disconnect, fail_fast, lost_peers
     from ccweave.runtime.launch import die_with_parent
 
     die_with_parent()
@@ -160,6 +168,8 @@ def _work(args, job):
         if args.calibrate:
             profile = _calibrate(args, profile, transport, progress)
         transport.barrier()
+    except RuntimeError as error:  # torch's, from a step a lost peer never joins
+        fail_fast(lost_peers(job.rank, error))
     finally:
         disconnect(transport)
     return profile
@@ -200,6 +210,7 @@ def _report(args, profile) -> int:
     if profile.workloads:
         calibration = _fit(args, profile, topo)
         topo = topo.with_cost(calibration.cost, calibration.hosts)
+    replaced = {path: outfile.replaces(path) for path in (args.raw, args.output) if path}
     if args.raw:
         profile.save(args.raw)
     if args.output:
@@ -212,7 +223,8 @@ def _report(args, profile) -> int:
                                             for row in (calibration.fit if calibration
                                                         else ())],
                             "warnings": warnings(profile), "output": args.output,
-                            "raw": args.raw})
+                            "raw": args.raw,
+                            "replaced": [path for path, was in replaced.items() if was]})
         return 0
     if profile.pairs:
         sizes = profile.pairs[0].curve.sizes
@@ -239,9 +251,13 @@ def _report(args, profile) -> int:
               f"{(predicted - measured) / measured:+.0%}")
              for name, size, predicted, measured in calibration.fit])
     for note in [*profile.notes, *warnings(profile)]:
-        _output.console.print(f"[dim]{note}[/]")
+        _output.console.print(f"[dim]{_output.plain(note)}[/]")
     shape = f"figures onto {args.base}" if args.base else (
         "one switch" if "switch" in topo.fabric else "full mesh")
-    written = f"; wrote {args.output}" if args.output else " (give -o FILE to keep it)"
-    _output.console.print(f"topology {topo.name}: {topo.num_ranks} ranks, {shape}{written}")
+    written = (f"; {_output.wrote(args.output, replaced[args.output])}" if args.output
+               else " (give -o FILE to keep it)")
+    if args.raw:
+        written += f"; measurements: {_output.wrote(args.raw, replaced[args.raw])}"
+    _output.console.print(f"topology {_output.plain(topo.name)}: {topo.num_ranks} ranks, "
+                          f"{_output.plain(shape)}{written}")
     return 0

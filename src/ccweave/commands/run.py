@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
+import math
 from pathlib import Path
 
 from ccweave import plan as plan_io
 from ccweave.commands import _inputs, _output
-from ccweave.errors import InputError, RuntimeFault
+from ccweave.errors import InputError, RuntimeFault, VerificationError
 from ccweave.plan import Plan
 from ccweave.synth.registry import strategies
 from ccweave.units import format_size
@@ -80,18 +79,39 @@ def run(args) -> int:
     check_backend(args.backend, job if job is not None and job.launcher != "ccweave" else None)
     options = _options(args)
     sizes = _inputs.sizes(args.sizes)
-    plan = _plan(args)
+    plan = _plan(args, launching=job is None)
     ranks = plan.collective.num_ranks
     if job is None:
         nproc = args.nproc if args.nproc is not None else ranks
         if nproc != ranks:
             raise RuntimeFault(f"--nproc {nproc} != the schedule's {ranks} ranks; use --nproc "
                                f"{ranks} or a topology with {nproc} ranks")
+        _check_memory(args, plan, sizes, options.dtype.itemsize, nproc)
         return _launch(args, plan, nproc)
     if job.world_size != ranks:
         raise RuntimeFault(f"world size {job.world_size} (from {job.launcher}) != the "
                            f"schedule's {ranks} ranks; start {ranks} processes")
+    if not args.report:  # a rank of ccweave's own launcher: the launcher checked
+        _check_memory(args, plan, sizes, options.dtype.itemsize, job.local_world_size)
     return _work(args, job, plan, sizes, options)
+
+
+def _check_memory(args, plan: Plan, sizes: list[int], itemsize: int, ranks_here: int) -> None:
+    """Refuse sizes whose buffers would not fit this host's memory (or the GPU's, for
+    NCCL) before any rank starts or allocates: each rank holds its input, output and
+    scratch, and about as much again (received data, the expected output)."""
+    from ccweave.runtime.launch import check_memory
+
+    def per_rank(size: int) -> int:
+        schedule = plan.schedule_for(size)
+        chunk = max(itemsize, size // schedule.collective.total_chunks)
+        slots = (schedule.collective.input_chunks + schedule.collective.output_chunks
+                 + schedule.scratch_chunks)
+        return 2 * chunk * slots
+
+    largest = max(sizes, key=per_rank)
+    check_memory(f"--sizes {args.sizes}", args.backend, ranks_here, per_rank(largest),
+                 f"at {format_size(largest)}")
 
 
 def _options(args):
@@ -100,21 +120,28 @@ def _options(args):
 
     if args.iters < 1 or args.warmup < 0:
         raise InputError("--iters must be >= 1 and --warmup >= 0")
-    if args.timeout <= 0:
-        raise InputError("--timeout must be positive seconds")
+    if not 0 < args.timeout < math.inf:
+        raise InputError(f"--timeout {args.timeout}: give a positive number of seconds")
     modes = {"both": (False, True), "out": (False,), "in": (True,)}[args.modes]
     return Options(parse_dtype(args.dtype), RedOp.parse(args.op), args.iters, args.warmup,
                    args.check, modes, args.timeout)
 
 
-def _plan(args) -> Plan:
+def _plan(args, launching: bool = False) -> Plan:
     if args.schedule:
         path = Path(args.schedule)
         plan = (Plan.single(_inputs.load_schedule(str(path))) if path.suffix.lower() == ".xml"
                 else plan_io.load(path))
+        topo = _agrees(args, plan)
         if not args.verified:
             for entry in plan.entries:
-                verify(entry.schedule)
+                try:
+                    verify(entry.schedule, topo)
+                except VerificationError as error:
+                    name = entry.schedule.name or "the schedule"
+                    raise VerificationError(f"{args.schedule}: {name} is not proven: {error}; "
+                                            "fix it (ccweave verify names the problems)"
+                                            ) from None
         return plan
     if not args.topology or not args.collective:
         raise InputError("give TOPOLOGY and COLLECTIVE (e.g. `ccweave run ring:4 allreduce`), "
@@ -122,10 +149,50 @@ def _plan(args) -> Plan:
     from ccweave.synth.select import strategy_plan
 
     topo = _inputs.topology(args.topology)
+    if launching:  # as many processes as ranks: refuse what cannot start before synthesis
+        from ccweave.runtime.launch import check_memory
+
+        check_memory(args.topology, args.backend, args.nproc or topo.num_ranks, 0)
     return strategy_plan(topo, _inputs.kind(args.collective), args.strategy,
                          _inputs.sizes(args.sizes), root=args.root, chunks=args.chunks,
                          progress=None if args.json else _output.progress_printer(),
                          **_inputs.strategy_options(args.option))
+
+
+def _agrees(args, plan: Plan):
+    """With ``--schedule``, the positional TOPOLOGY and COLLECTIVE are optional; given,
+    they must be what the schedule is for (the topology also checks its routes)."""
+    coll = plan.collective
+    if args.collective and _inputs.kind(args.collective) is not coll.kind:
+        raise InputError(f"{args.collective!r} disagrees with --schedule {args.schedule}, "
+                         f"which is {coll.describe()}; drop COLLECTIVE or give the matching "
+                         "schedule")
+    if not args.topology:
+        return None
+    topo = _inputs.topology(args.topology)
+    if topo.num_ranks != coll.num_ranks:
+        raise InputError(f"{args.topology} has {topo.num_ranks} ranks but --schedule "
+                         f"{args.schedule} is {coll.describe()}; drop TOPOLOGY or give the "
+                         "matching one")
+    return topo
+
+
+def _agrees(args, plan: Plan):
+    """With ``--schedule``, the positional TOPOLOGY and COLLECTIVE are optional; given,
+    they must be what the schedule is for (the topology also checks its routes)."""
+    coll = plan.collective
+    if args.collective and _inputs.kind(args.collective) is not coll.kind:
+        raise InputError(f"{args.collective!r} disagrees with --schedule {args.schedule}, "
+                         f"which is {coll.describe()}; drop COLLECTIVE or give the matching "
+                         "schedule")
+    if not args.topology:
+        return None
+    topo = _inputs.topology(args.topology)
+    if topo.num_ranks != coll.num_ranks:
+        raise InputError(f"{args.topology} has {topo.num_ranks} ranks but --schedule "
+                         f"{args.schedule} is {coll.describe()}; drop TOPOLOGY or give the "
+                         "matching one")
+    return topo
 
 
 def _worker_argv(args, path: str, report: str) -> list[str]:
@@ -144,20 +211,21 @@ def _worker_argv(args, path: str, report: str) -> list[str]:
 
 
 def _launch(args, plan: Plan, nproc: int) -> int:
+    from ccweave.runtime import handoff
     from ccweave.runtime.launch import launch_local, launch_mpi
 
-    with tempfile.TemporaryDirectory(prefix="ccweave-run-") as folder:
-        path, report = os.path.join(folder, "plan.json"), os.path.join(folder, "report.json")
+    with handoff.shared_files("plan.json", "report.json") as (path, report):
         plan_io.save(plan, path)
         argv = _worker_argv(args, path, report)
         code = (launch_mpi if args.backend == "mpi" else launch_local)(argv, nproc)
-        if os.path.exists(report):
-            _print(args, json.loads(Path(report).read_text()))
+        text = handoff.read(report)
+        if text:
+            _print(args, json.loads(text))
         return code
 
 
 def _work(args, job, plan: Plan, sizes: list[int], options) -> int:
-    from ccweave.runtime.job import connect, disconnect, fail_fast
+    from ccweave.runtime.job import connect, disconnect, fail_fast, lost_peers
     from ccweave.runtime.launch import WRONG_EXIT
     from ccweave.runtime.measure import measure
 
@@ -171,6 +239,8 @@ def _work(args, job, plan: Plan, sizes: list[int], options) -> int:
         transport.barrier()
     except RuntimeFault as error:
         fail_fast(error)
+    except RuntimeError as error:  # torch's, from a barrier or sum a lost peer never joins
+        fail_fast(lost_peers(job.rank, error))
     disconnect(transport)
     if job.rank == 0:
         coll = plan.collective
@@ -222,6 +292,6 @@ def _print(args, report: dict) -> None:
         cells)
     for name, reason in skipped.items():
         if reason != "not requested":
-            _output.console.print(f"[dim]{name}: {reason}[/]")
+            _output.console.print(f"[dim]{name}: {_output.plain(reason)}[/]")
     _output.console.print(f"# Avg bus bandwidth    : {avg:.3f} GB/s")
     _output.console.print(f"# Wrong elements       : {total}" + ("" if total else " (OK)"))

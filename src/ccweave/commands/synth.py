@@ -41,12 +41,13 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    replaced = _inputs.output(args.output, args.topology)
     topo = _inputs.topology(args.topology)
     kind = _inputs.kind(args.collective)
     if args.strategies and args.strategy != AUTO:
         raise InputError("--strategies lists auto's candidates; use it with --strategy auto")
     if args.strategy == AUTO or (args.sizes and get_strategy(args.strategy).sized):
-        return _run_plan(args, topo, kind)
+        return _run_plan(args, topo, kind, replaced)
     options = {**_inputs.strategy_options(args.option), **taccl_cli.flag_options(args)}
     with taccl_cli.progress_options(args.strategy, _output.progress_console) as progress:
         sched = build_verified(topo, kind, args.strategy, root=args.root, chunks=args.chunks,
@@ -54,18 +55,19 @@ def run(args) -> int:
     schedule_io.save(sched, args.output)
     stats = sched.stats()
     if args.json:
-        _output.print_json({**stats, "verified": True, "output": args.output})
+        _output.print_json({**stats, "verified": True, "output": args.output,
+                            "replaced": replaced})
     else:
         _output.console.print(
-            f"{sched.name}: {kind.value} on {topo.name}, {stats['transfers']} transfers in "
-            f"{stats['steps']} steps over {stats['channels']} channel(s); verified; "
-            f"wrote {args.output}")
+            f"{_output.plain(sched.name)}: {kind.value} on {_output.plain(topo.name)}, "
+            f"{stats['transfers']} transfers in {stats['steps']} steps over "
+            f"{stats['channels']} channel(s); verified; {_output.wrote(args.output, replaced)}")
         for note in taccl_cli.notes(sched):
-            _output.console.print(note)
+            _output.console.print(_output.plain(note))
     return 0
 
 
-def _run_plan(args, topo, kind) -> int:
+def _run_plan(args, topo, kind, replaced: bool) -> int:
     """``auto``, or a sized strategy over ``--sizes``: a plan with a schedule per size."""
     sizes = _inputs.sizes(args.sizes) if args.sizes else DEFAULT_SIZES
     progress = _output.progress_printer()
@@ -85,11 +87,12 @@ def _run_plan(args, topo, kind) -> int:
                else format_size(e.max_bytes), e.schedule.name) for e in plan.entries]
     if args.json:
         _output.print_json({"plan": plan.name, "output": args.output, "verified": True,
+                            "replaced": replaced,
                             "entries": [{"min_bytes": e.min_bytes, "max_bytes": e.max_bytes,
                                          "schedule": e.schedule.name} for e in plan.entries]})
     else:
         what = "fastest simulated schedule" if args.strategy == AUTO else "schedule tuned"
         _output.print_table(f"{plan.name}: {what} per size (each verified)",
                             ["from", "below", "schedule"], ranges)
-        _output.console.print(f"wrote {args.output}")
+        _output.console.print(_output.wrote(args.output, replaced))
     return 0

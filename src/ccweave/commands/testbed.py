@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+from ccweave import outfile
 from ccweave.commands import _inputs, _output
 from ccweave.errors import InputError
 
@@ -128,7 +129,7 @@ def _up(args) -> int:
     info = _describe(emulation, bed) | {"spec": args.topology, "max_rate": args.max_rate,
                                         "subnet": emulation.subnet}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(info))
+    outfile.write_text(path, json.dumps(info))
     _print_description(args, emulation, info)
     if not args.json:
         _output.console.print(f"up; `ccweave testbed run {args.topology} -- COMMAND` runs in "

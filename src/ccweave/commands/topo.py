@@ -23,25 +23,27 @@ def add_parser(subparsers) -> None:
 
 
 def run_show(args) -> int:
+    replaced = _inputs.output(args.plot, args.topology, flag="--plot") if args.plot else False
     topo = _inputs.topology(args.topology)
     if args.json:  # the file format itself (it loads back), with the counts beside it
         _output.print_json({"format": topology_io.FORMAT, **topology_io.to_dict(topo),
                             "summary": topo.summary()})
     else:
         summary = topo.summary()
-        _output.console.print(f"[bold]{topo.name}[/]: {topo.num_ranks} ranks, fabric "
-                              f"{summary['fabric'] or 'none'}, {len(topo.links)} directed links")
-        _output.console.print(f"figures: {topo.source}")
+        _output.console.print(f"[bold]{_output.plain(topo.name)}[/]: {topo.num_ranks} ranks, "
+                              f"fabric {_output.plain(summary['fabric'] or 'none')}, "
+                              f"{len(topo.links)} directed links")
+        _output.console.print(f"figures: {_output.plain(topo.source)}")
         for kind, parts in topo.groups.items():
             shown = ", ".join(str(list(p)) for p in parts[:4])
             more = f" ... ({len(parts)} in all)" if len(parts) > 4 else ""
-            _output.console.print(f"groups {kind}: {shown}{more}")
+            _output.console.print(f"groups {_output.plain(kind)}: {_output.plain(shown)}{more}")
         _link_table(topo, every=args.links)
     if args.plot:
         from ccweave.topology.plot import plot
 
         written = plot(topo, args.plot)
-        _output.progress_console.print(f"wrote {written}")
+        _output.progress_console.print(_output.wrote(written, replaced))
     return 0
 
 

@@ -24,10 +24,11 @@ def run(args) -> int:
         _output.print_json({"schedule": args.schedule, "ok": result.ok,
                             "problems": [p.message for p in result.problems]})
     elif result.ok:
-        _output.console.print(f"{args.schedule}: proven: {sched.collective.describe()}, "
-                              f"{len(sched.transfers)} transfers")
+        _output.console.print(f"{_output.plain(args.schedule)}: proven: "
+                              f"{sched.collective.describe()}, {len(sched.transfers)} transfers")
     else:
-        _output.console.print(f"{args.schedule}: NOT proven: {result.problems[0].message}")
+        _output.console.print(f"{_output.plain(args.schedule)}: NOT proven: "
+                              f"{_output.plain(result.problems[0].message)}")
         for problem in result.problems[1:5]:
-            _output.console.print(f"  also: {problem.message}")
+            _output.console.print(f"  also: {_output.plain(problem.message)}")
     return 0 if result.ok else 1

@@ -14,6 +14,7 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from ccweave import outfile
 from ccweave.collectives import Kind
 from ccweave.errors import InputError
 from ccweave.export import msccl_spec as spec
@@ -120,9 +121,10 @@ def export_notes(schedule: Schedule) -> list[str]:
 
 
 def write(schedule: Schedule, path: str | Path, **options: object) -> Path:
-    """Write :func:`to_xml` to ``path``; returns the path."""
+    """Write :func:`to_xml` to ``path`` (atomically: a failed write keeps the old file);
+    returns the path."""
     path = Path(path)
-    path.write_text(to_xml(schedule, **options))  # type: ignore[arg-type]
+    outfile.write_text(path, to_xml(schedule, **options))  # type: ignore[arg-type]
     return path
 
 
@@ -140,20 +142,30 @@ def export_plan(plan: Plan, directory: str | Path, *, proto: str = DEFAULT_PROTO
                          f"loads at most {spec.MAX_ALGOS} algorithms; export for the Azure "
                          "executor (runtime azure) or merge ranges")
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InputError(f"{directory}: cannot make the directory: "
+                         f"{error.strerror or error}") from None
+    paths = plan_files(plan, directory, runtime)
     stem = _slug(plan.name or plan.collective.kind.value)
-    files = []
-    for number, entry in enumerate(plan.entries):
-        path = directory / f"{stem}_{number}.xml"
-        path.write_text(to_xml(entry.schedule, proto=proto, instances=instances,
-                               runtime=runtime, min_bytes=entry.min_bytes,
-                               max_bytes=entry.max_bytes, name=f"{stem}_{number}"))
-        files.append(path)
+    for number, (entry, path) in enumerate(zip(plan.entries, paths)):
+        outfile.write_text(path, to_xml(entry.schedule, proto=proto, instances=instances,
+                                        runtime=runtime, min_bytes=entry.min_bytes,
+                                        max_bytes=entry.max_bytes, name=f"{stem}_{number}"))
     if runtime is spec.Runtime.MSCCL:
-        config = directory / CONFIG_NAME
-        config.write_text(_config(plan, files, proto))
-        files.append(config)
-    return files
+        outfile.write_text(paths[-1], _config(plan, paths[:-1], proto))
+    return paths
+
+
+def plan_files(plan: Plan, directory: str | Path,
+               runtime: spec.Runtime | str = spec.Runtime.MSCCL) -> list[Path]:
+    """The files :func:`export_plan` writes into ``directory``, in order."""
+    stem = _slug(plan.name or plan.collective.kind.value)
+    paths = [Path(directory) / f"{stem}_{number}.xml" for number in range(len(plan.entries))]
+    if spec.Runtime.parse(runtime) is spec.Runtime.MSCCL:
+        paths.append(Path(directory) / CONFIG_NAME)
+    return paths
 
 
 def _config(plan: Plan, files: list[Path], proto: str) -> str:
@@ -179,7 +191,7 @@ def _header(sched: Schedule, proto: str, runtime: spec.Runtime, coll: str | None
         high = max_bytes if max_bytes is not None else (
             SCRATCH_MAX_BYTES if sched.scratch_chunks else OPEN_MAX_BYTES)
     header: dict[str, object] = {
-        "name": (name or sched.name or c.kind.value)[:200], "proto": proto,
+        "name": _attribute(name or sched.name or c.kind.value)[:200], "proto": proto,
         "nchunksperloop": c.total_chunks, "ngpus": c.num_ranks, "coll": coll or spec.CUSTOM,
         "inplace": int(sched.in_place), "outofplace": int(not sched.in_place),
         "minBytes": min_bytes, "maxBytes": high}
@@ -190,6 +202,13 @@ def _header(sched: Schedule, proto: str, runtime: spec.Runtime, coll: str | None
     if c.kind is Kind.SENDRECV:
         header["peer"] = c.peer
     return header
+
+
+def _attribute(text: str) -> str:
+    """``text`` as an attribute XML and the runtime's reader both take: control
+    characters and unpaired surrogates become '?'."""
+    text = re.sub(r"[\x00-\x1f\x7f-\x9f]", "?", text)
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _chunks(sched: Schedule, custom: bool) -> tuple[int, int, int]:

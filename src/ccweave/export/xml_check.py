@@ -311,13 +311,15 @@ def _nop_rules(gpu: GpuXml, tb: TbXml, problems: list[XmlProblem]) -> None:
     runtime refuses the file otherwise); consecutive reductions into one slot are fused
     by the runtime, which needs them to move the same count."""
     steps = tb.steps
+    after: list[int | None] = [None] * len(steps)  # the first non-nop after each step
+    for i in range(len(steps) - 2, -1, -1):
+        after[i] = i + 1 if steps[i + 1].type != "nop" else after[i + 1]
     for i, st in enumerate(steps):
         kind = spec.STEP_TYPES.get(st.type)
         if kind is None:
             continue
         if kind.is_nop and st.depid >= 0:
-            following = next((j for j in range(i + 1, len(steps))
-                              if steps[j].type != "nop"), None)
+            following = after[i]
             if following is None:
                 problems.append(XmlProblem(where(gpu.id, tb.id, i), "a nop at the end of its "
                                            "threadblock: its dependency delays nothing; drop "

@@ -107,6 +107,7 @@ def _waits(tbs: dict[tuple[int, int], TbXml],
     """What each non-nop step waits for: its threadblock's previous step and its (and its
     nops') dependencies, each resolved to the step whose signal satisfies it."""
     waits: dict[StepRef, tuple[StepRef, ...]] = {}
+    signals = {key: _next_signals(tb) for key, tb in tbs.items()}
     for (g, t), tb in tbs.items():
         pending: list[tuple[int, int]] = []
         previous: StepRef | None = None
@@ -117,7 +118,7 @@ def _waits(tbs: dict[tuple[int, int], TbXml],
                 continue
             found = [] if previous is None else [previous]
             for depid, deps in pending:
-                target = _signal(tbs, g, depid, deps, (g, t, i), problems)
+                target = _signal(signals[(g, depid)], g, depid, deps, (g, t, i), problems)
                 if target is not None and target not in found:
                     found.append(target)
             waits[(g, t, i)] = tuple(found)
@@ -126,18 +127,30 @@ def _waits(tbs: dict[tuple[int, int], TbXml],
     return waits
 
 
-def _signal(tbs: dict[tuple[int, int], TbXml], g: int, depid: int, deps: int,
-            waiter: StepRef, problems: list[XmlProblem]) -> StepRef | None:
+def _next_signals(tb: TbXml) -> list[int | None]:
+    """Per step position, the first step at or after it that signals (hasdep=1, not a
+    nop), or ``None``: one pass from the end, so each wait resolves at once."""
+    found: list[int | None] = [None] * len(tb.steps)
+    following = None
+    for k in range(len(tb.steps) - 1, -1, -1):
+        st = tb.steps[k]
+        if st.hasdep == 1 and not STEP_TYPES[st.type].is_nop:
+            following = k
+        found[k] = following
+    return found
+
+
+def _signal(signals: list[int | None], g: int, depid: int, deps: int, waiter: StepRef,
+            problems: list[XmlProblem]) -> StepRef | None:
     """The first step at or after ``deps`` in tb ``depid`` that signals (hasdep=1)."""
-    steps = tbs[(g, depid)].steps
-    for k in range(deps, len(steps)):
-        if steps[k].hasdep == 1 and not STEP_TYPES[steps[k].type].is_nop:
-            if k != deps:
-                problems.append(XmlProblem(
-                    where(*waiter), f"waits on tb {depid} step {deps}, which does not signal "
-                    f"(hasdep=0 or a nop); the runtime waits for step {k} instead; set "
-                    f"hasdep=\"1\" on step {deps}", "deps", Severity.RUNTIME))
-            return (g, depid, k)
+    k = signals[deps] if 0 <= deps < len(signals) else None
+    if k is not None:
+        if k != deps:
+            problems.append(XmlProblem(
+                where(*waiter), f"waits on tb {depid} step {deps}, which does not signal "
+                f"(hasdep=0 or a nop); the runtime waits for step {k} instead; set "
+                f"hasdep=\"1\" on step {deps}", "deps", Severity.RUNTIME))
+        return (g, depid, k)
     problems.append(XmlProblem(
         where(*waiter), f"waits on tb {depid} step {deps}, but no step from there on has "
         "hasdep=\"1\", so the wait never ends; set hasdep=\"1\" on the step waited for",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ccweave import outfile
 from ccweave.units import GB_PER_S, format_size
 
 
@@ -30,11 +31,13 @@ def plot_bandwidth(curves: Mapping[str, Sequence[tuple[int, float]]], title: str
     axes.set_xticks(ticks, [format_size(s) for s in ticks], rotation=45, ha="right")
     axes.set_xlabel("message size")
     axes.set_ylabel("bandwidth (GB/s)")
-    axes.set_title(title)
+    axes.set_title(title, parse_math=False)  # names may hold '$'
     axes.grid(True, alpha=0.3)
     axes.legend(title="paths")
     figure.tight_layout()
     path = Path(path)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    try:
+        outfile.write_with(path, lambda temp: figure.savefig(temp, dpi=120, format="png"))
+    finally:
+        plt.close(figure)
     return path

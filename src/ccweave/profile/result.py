@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ccweave import outfile
 from ccweave.errors import InputError
 from ccweave.profile.fit import Fit, fit
 
@@ -109,7 +110,7 @@ class Profile:
                              f"{error}); write it again with `ccweave profile --raw`") from None
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        outfile.write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> Profile:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ccweave import schedule as schedule_io
 from ccweave.collectives import Collective, Kind
-from ccweave.errors import CCWeaveError, InputError, NotApplicableError
+from ccweave.errors import CCWeaveError, InputError, NotApplicableError, printable
 from ccweave.runtime.layout import layout_for_bytes
 from ccweave.runtime.measure import Options, Result, Runner, measure_call, parse_dtype, type_name
 from ccweave.runtime.native import native_call, native_name
@@ -159,7 +159,7 @@ def _print_progress(text: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from ccweave.errors import RuntimeFault
-    from ccweave.runtime.job import connect, detect, disconnect, fail_fast
+    from ccweave.runtime.job import connect, detect, disconnect, fail_fast, lost_peers
     from ccweave.runtime.launch import die_with_parent
 
     parser = argparse.ArgumentParser(prog="python -m ccweave.runtime.batch")
@@ -186,9 +186,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             transport.barrier()
         except RuntimeFault as error:
             fail_fast(error)
+        except RuntimeError as error:  # torch's, from a step a lost peer never joins
+            fail_fast(lost_peers(job.rank, error))
         disconnect(transport)
     except CCWeaveError as error:
-        print(f"ccweave: error: {error}", file=sys.stderr)
+        print(f"ccweave: error: {printable(error)}", file=sys.stderr)
         return 2
     if job.rank == 0:
         Path(args.output).write_text(json.dumps(results))

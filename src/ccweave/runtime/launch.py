@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from ccweave.errors import RuntimeFault
+from ccweave.errors import Interrupted, RuntimeFault
 from ccweave.runtime.job import HOSTED_STORE, LAUNCHER_PID
 
 WRONG_EXIT = 3
@@ -51,6 +51,57 @@ class Outcome:
                 name = f"signal {-self.code}"
             return f"rank {self.rank} was killed by {name}"
         return f"rank {self.rank} exited with code {self.code}"
+
+
+RANK_BYTES = 300 * 2**20
+"""Memory of one rank process before its buffers: Python with torch loaded (250-350 MB
+measured on CPU)."""
+
+
+def check_memory(subject: str, backend: str, ranks_here: int, buffer_bytes: int,
+                 when: str = "") -> None:
+    """Refuse, before any rank starts, a job whose ``ranks_here`` ranks on this host (each
+    a process and ``buffer_bytes`` of buffers) would not fit its memory (for NCCL the
+    buffers go on the GPUs)."""
+    from ccweave.errors import LimitError
+    from ccweave.units import human_size as format_size
+
+    host = _available_memory()
+    on_gpu = backend == "nccl"
+    need = ranks_here * (RANK_BYTES + (0 if on_gpu else buffer_bytes))
+    at = f" {when}" if when else ""
+    buffers = "" if on_gpu or not buffer_bytes else " and its buffers"
+    if host is not None and need > host:
+        raise LimitError(f"{subject}: {ranks_here} rank(s) on this host need about "
+                         f"{format_size(need)}{at} (a process of ~{format_size(RANK_BYTES)} "
+                         f"each{buffers}), over the "
+                         f"{format_size(host)} of memory available; run fewer ranks per "
+                         "host or smaller sizes")
+    if on_gpu:
+        import torch
+
+        if torch.cuda.is_available():
+            per_gpu = -(-ranks_here // torch.cuda.device_count())
+            free = min(torch.cuda.mem_get_info(d)[0] for d in range(torch.cuda.device_count()))
+            if per_gpu * buffer_bytes > free:
+                raise LimitError(f"{subject}: {per_gpu} rank(s) per GPU need about "
+                                 f"{format_size(per_gpu * buffer_bytes)} of GPU memory{at}, "
+                                 f"over the {format_size(free)} free; give smaller sizes")
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available on this host (Linux's MemAvailable; else physical)."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def die_with_parent() -> None:
@@ -122,11 +173,12 @@ def launch_local(argv: Sequence[str], nproc: int, *, grace: float = GRACE_S,
     Returns 0 when every rank succeeded, 1 when ranks found wrong elements; raises
     ``RuntimeFault`` naming the rank that died, or on Ctrl-C.
     """
-    import torch.distributed as dist
+    from ccweave.runtime.store import host
 
-    store = dist.TCPStore("127.0.0.1", 0, nproc, is_master=True, wait_for_workers=False,
-                          timeout=timedelta(seconds=60))
+    # on loopback only: the ranks are on this host, and the store has no authentication
+    store, _ = host("127.0.0.1", 0, nproc, timedelta(seconds=60))
     base = dict(os.environ)
+    base.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # ccweave names the faults itself
     base.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port),
                  "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
                  HOSTED_STORE: "1", LAUNCHER_PID: str(os.getpid())})
@@ -176,8 +228,8 @@ def _supervise(procs: Sequence[subprocess.Popen], signals: _Signals, grace: floa
         codes = [p.poll() for p in procs]
         if signals.received is not None:
             _stop(procs[0].pid, procs)
-            raise RuntimeFault(f"interrupted ({signal.Signals(signals.received).name}); "
-                               f"stopped all {len(procs)} ranks")
+            raise Interrupted(f"interrupted ({signal.Signals(signals.received).name}); "
+                              f"stopped all {len(procs)} ranks", signals.received)
         if all(code is not None for code in codes):
             break
         if first_failure is None and any(code not in (None, 0) for code in codes):
@@ -213,6 +265,11 @@ def _verdict(outcomes: Sequence[Outcome], hung: Sequence[int] = (), grace: float
 # ------------------------------------------------------------------ mpirun
 
 _MPI_RANK_RE = re.compile(r"process rank (\d+)")
+_STALL_RE = re.compile(r"ccweave: error: rank (\d+): no transfer finished in (\S+) s; waiting "
+                       r"on \d+ transfer\(s\) with rank\(s\) ([\d, ]+)")
+"""A rank's report that it waited ``--timeout`` seconds on peers (executor.py's stall)."""
+_MPI_MARK = "CCWEAVE_MPI_LAUNCHER"
+"""Set in the environment of the MPI ranks ccweave launches: the launcher's pid."""
 _EXEC_WITH_PARENT = (
     "import ctypes, os, signal, sys\n"
     "ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)\n"
@@ -241,9 +298,10 @@ def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
                module: str = "ccweave.cli", script: str | None = None,
                on_line: Callable[[str], None] | None = None) -> int:
     """Run ``ARGV`` under ``mpirun -np nproc`` and supervise it like :func:`launch_local`:
-    mpirun stops the job when a rank dies; this names that rank from mpirun's report.
+    mpirun stops the job when a rank fails; this names the rank that was stopped (SIGSTOP,
+    a debugger) when the first one gave up waiting, else the one mpirun reports dead.
     ``on_line`` takes the ranks' output lines instead of the terminal."""
-    env = dict(os.environ)
+    env = dict(os.environ, **{_MPI_MARK: str(os.getpid())})
     if "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(threads or max(1, (os.cpu_count() or 1) // nproc))
     if shutil.which("mpirun") is None:
@@ -255,6 +313,9 @@ def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
     if on_line is not None:
         _pump(proc.stdout, on_line)
     dead: list[str] = []
+    stalls: list[re.Match] = []
+    stopped: list[int] = []
+    looked: list[bool] = []
 
     def pump() -> None:
         assert proc.stderr is not None
@@ -263,6 +324,12 @@ def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
             found = _MPI_RANK_RE.search(line)
             if found and not dead:
                 dead.append(found.group(1))
+            stall = _STALL_RE.search(line)
+            if stall and not stalls:
+                stalls.append(stall)
+            if (found or stall or line.startswith("ccweave: error:")) and not looked:
+                looked.append(True)  # the first sign of trouble: who is stopped right now?
+                stopped.extend(stopped_ranks(os.getpid()))
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
@@ -271,8 +338,9 @@ def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
             while proc.poll() is None:
                 if signals.received is not None:
                     _stop(proc.pid, [proc], wait_s=5.0)
-                    raise RuntimeFault(f"interrupted ({signal.Signals(signals.received).name});"
-                                       f" stopped mpirun and its {nproc} ranks")
+                    raise Interrupted(f"interrupted ({signal.Signals(signals.received).name});"
+                                      f" stopped mpirun and its {nproc} ranks",
+                                      signals.received)
                 time.sleep(0.02)
         finally:
             if proc.poll() is None:
@@ -287,7 +355,40 @@ def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
 
     if code == WRONG_EXIT:
         return 1
+    if stopped:
+        raise RuntimeFault(f"rank(s) {', '.join(map(str, stopped))} stopped progressing: "
+                           "stopped (SIGSTOP, or a debugger) when the first rank gave up "
+                           "waiting on it (errors above); mpirun stopped the job")
+    if stalls:  # no rank is stopped: one hangs or is slow; say who gave up on whom first
+        waiter, seconds, peers = stalls[0].groups()
+        peers = ", ".join(part.strip() for part in peers.split(",") if part.strip())
+        raise RuntimeFault(f"rank {waiter} gave up first, after {seconds} s without a "
+                           f"finished transfer with rank(s) {peers}: a rank stopped "
+                           "progressing (errors above); mpirun stopped the job")
     if dead:
         raise RuntimeFault(f"rank {dead[0]} died (mpirun's report above); mpirun stopped the "
                            "other ranks")
     raise RuntimeFault(f"mpirun exited with code {code} (errors above)")
+
+
+def stopped_ranks(launcher: int) -> list[int]:
+    """MPI ranks of the job ``launcher`` started that are stopped right now (process state
+    T: SIGSTOP or a debugger), read from /proc; [] where there is no /proc."""
+    found = []
+    with contextlib.suppress(OSError):
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as handle:
+                    env = dict(pair.split(b"=", 1) for pair in handle.read().split(b"\0")
+                               if b"=" in pair)
+                if env.get(_MPI_MARK.encode()) != str(launcher).encode():
+                    continue
+                rank = env.get(b"OMPI_COMM_WORLD_RANK")
+                with open(f"/proc/{pid}/stat") as handle:
+                    state = handle.read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError, ValueError):
+                continue
+            if rank is not None and rank.isdigit() and state in ("T", "t"):
+                found.append(int(rank))
+    return sorted(found)

@@ -122,6 +122,10 @@ def synthesize(topology: Topology, kind: Kind | str, strategy: str = "ring", *,
 
     Raises ``NotApplicableError`` when the strategy cannot build this collective here.
     """
+    if not isinstance(topology, Topology):
+        raise InputError(f"synthesize: topology must be a Topology, got {type(topology).__name__} "
+                         f"{topology!r:.60}; load one with ccweave.topology.io.load "
+                         "(a zoo name such as 'ring:4', or a JSON file)")
     kind = Kind.parse(kind)
     chosen = get_strategy(strategy)
     if kind not in chosen.collectives:

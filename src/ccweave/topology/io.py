@@ -7,13 +7,15 @@ names the file and the field, and says what to write instead.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
+from ccweave import limits
 from ccweave.errors import TopologyError
 from ccweave.jsonfile import read_json
 from ccweave.topology import cost, zoo
 from ccweave.topology.model import Link, NodeKind, Topology
-from ccweave.units import GB_PER_S, US
+from ccweave.units import GB_PER_S, US, shown
 
 FORMAT = "ccweave.topology"
 """The ``format`` field ``topo show --json`` writes (optional when reading)."""
@@ -32,7 +34,7 @@ def load(spec: str | Path) -> Topology:
     """A topology from a zoo name (``ndv2:2``) or a JSON file path; checked for connectivity."""
     text = str(spec)
     path = Path(text)
-    if path.suffix.lower() in (".json", ".yaml", ".yml") or path.exists():
+    if path.suffix.lower() in (".json", ".yaml", ".yml") or _exists(path):
         topology = read(path)
         try:
             topology.check_connected()
@@ -42,6 +44,13 @@ def load(spec: str | Path) -> Topology:
     topology = zoo.get(text)
     topology.check_connected()
     return topology
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # a name too long for a file, or with a NUL in it
+        return False
 
 
 def read(path: str | Path) -> Topology:
@@ -74,30 +83,38 @@ def from_dict(data: object, source: str = "topology") -> Topology:
     ranks = data.get("ranks")
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise TopologyError(f"{source}: field 'ranks' must be a positive integer (ranks are "
-                            f"0..ranks-1), got {ranks!r}")
+                            f"0..ranks-1), got {shown(ranks)}")
+    limits.check_ranks(f"{source}: field 'ranks'", ranks)
     fabric = data.get("fabric", {})
     if not isinstance(fabric, dict):
         raise TopologyError(f"{source}: field 'fabric' must map names to kinds, e.g. "
                             '{"sw0": "switch"}')
+    limits.check(f"{source}: field 'fabric'", len(fabric), limits.MAX_FABRIC_NODES,
+                 "fabric nodes", "model fewer switches")
     kinds = {k.value for k in NodeKind if k is not NodeKind.RANK}
     for name, kind in fabric.items():
-        if kind not in kinds:
-            raise TopologyError(f"{source}: fabric[{name!r}] = {kind!r}; use one of "
+        if not isinstance(kind, str) or kind not in kinds:
+            raise TopologyError(f"{source}: fabric[{shown(name)}] = {shown(kind)}; use one of "
                                 f"{sorted(kinds)}")
     links_data = data.get("links")
     if not isinstance(links_data, list) or not links_data:
         raise TopologyError(f"{source}: field 'links' must be a non-empty list of "
                             '{"src", "dst", "bw_GBps", "alpha_us"} objects')
+    limits.check(f"{source}: field 'links'", len(links_data), limits.MAX_LINKS, "links",
+                 "model fewer links")
     links: list[Link] = []
     for number, item in enumerate(links_data):
-        links.extend(_link(item, f"{source}: links[{number}]"))
+        links.extend(_link(item, f"{source}: links[{number}]", ranks, fabric))
+    limits.check(f"{source}: field 'links'", len(links), limits.MAX_LINKS,
+                 "directed links (duplex ones count twice)", "model fewer links")
     groups = data.get("groups", {})
     if not isinstance(groups, dict) or not all(
             isinstance(v, list) and all(isinstance(p, list) for p in v) for v in groups.values()):
         raise TopologyError(f"{source}: field 'groups' must map a kind to a list of rank "
                             'lists, e.g. {"node": [[0, 1], [2, 3]]}')
     local = data.get("local_bw_GBps", 1000.0)
-    if isinstance(local, bool) or not isinstance(local, (int, float)) or local <= 0:
+    if isinstance(local, bool) or not isinstance(local, (int, float)) or not (
+            0 < local < math.inf):
         raise TopologyError(f"{source}: field 'local_bw_GBps' must be a positive number")
     name = data.get("name", Path(source).stem)
     model = cost.from_dict(data["cost_model"], source) if "cost_model" in data else \
@@ -110,7 +127,7 @@ def from_dict(data: object, source: str = "topology") -> Topology:
         raise TopologyError(f"{source}: {error}") from None
 
 
-def _link(item: object, where: str) -> list[Link]:
+def _link(item: object, where: str, ranks: int, fabric: dict) -> list[Link]:
     if not isinstance(item, dict):
         raise TopologyError(f"{where}: each link is an object with src, dst, bw_GBps, alpha_us")
     unknown = set(item) - _LINK_FIELDS
@@ -124,19 +141,29 @@ def _link(item: object, where: str) -> list[Link]:
         end = item[field]
         if isinstance(end, bool) or not isinstance(end, (int, str)):
             raise TopologyError(f"{where}: field {field!r} must be a rank number or a fabric "
-                                f"node name, got {end!r}")
+                                f"node name, got {shown(end)}")
+        if not (0 <= end < ranks if isinstance(end, int) else end in fabric):
+            raise TopologyError(f"{where}: field {field!r}: unknown node {shown(end)}; ranks "
+                                f"are 0..{ranks - 1}, fabric nodes must be declared in 'fabric'")
+    if item["src"] == item["dst"]:
+        raise TopologyError(f"{where}: src and dst are both {shown(item['src'])}; a link joins "
+                            "two different nodes")
     numbers = {}
     for field, default in (("bw_GBps", None), ("alpha_us", 0.0), ("count", 1)):
         value = item.get(field, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TopologyError(f"{where}: field {field!r} must be a number, got {value!r}")
+            raise TopologyError(f"{where}: field {field!r} must be a number, got {shown(value)}")
+        if not math.isfinite(value):
+            raise TopologyError(f"{where}: field {field!r} is {value!r}; give a finite number")
         numbers[field] = value
     if numbers["bw_GBps"] <= 0 or numbers["alpha_us"] < 0 or numbers["count"] < 1:
         raise TopologyError(f"{where}: need bw_GBps > 0, alpha_us >= 0 and count >= 1")
+    bandwidth = numbers["bw_GBps"] * numbers["count"] * GB_PER_S
+    if not math.isfinite(bandwidth):
+        raise TopologyError(f"{where}: bw_GBps x count is too large; give a finite bandwidth")
     duplex = item.get("duplex", False)
     if not isinstance(duplex, bool):
         raise TopologyError(f"{where}: field 'duplex' must be true or false")
-    bandwidth = numbers["bw_GBps"] * numbers["count"] * GB_PER_S
     alpha = numbers["alpha_us"] * US
     kind = str(item.get("kind", ""))
     src, dst = item["src"], item["dst"]
@@ -163,4 +190,7 @@ def to_dict(topology: Topology) -> dict[str, object]:
 
 
 def write(topology: Topology, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(to_dict(topology), indent=1) + "\n")
+    """Write ``topology`` as a topology file, atomically (a failed write keeps the old one)."""
+    from ccweave import outfile
+
+    outfile.write_text(path, json.dumps(to_dict(topology), indent=1) + "\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ccweave import outfile
 from ccweave.topology.model import NodeKind, Topology
 
 _COLORS = {NodeKind.RANK: "#4c72b0", NodeKind.SWITCH: "#dd8452", NodeKind.NIC: "#55a868",
@@ -32,14 +33,18 @@ def plot(topology: Topology, path: str | Path) -> Path:
                                    node_shape="o" if kind is NodeKind.RANK else "s",
                                    node_size=300 if len(graph) < 80 else 60, label=kind.value)
     if len(graph) <= 80:
-        nx.draw_networkx_labels(graph, layout, ax=axes, font_size=7)
+        labels = {node: str(node).replace("$", r"\$") for node in graph}  # no mathtext
+        nx.draw_networkx_labels(graph, layout, labels=labels, ax=axes, font_size=7)
     axes.set_title(f"{topology.name}: {topology.num_ranks} ranks, {len(topology.links)} links "
-                   "(width ~ bandwidth)")
+                   "(width ~ bandwidth)", parse_math=False)
     axes.legend(loc="upper right", fontsize=8)
     axes.axis("off")
     path = Path(path)
-    figure.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(figure)
+    try:
+        outfile.write_with(path, lambda temp: figure.savefig(temp, dpi=100, format="png",
+                                                             bbox_inches="tight"))
+    finally:
+        plt.close(figure)
     return path
 
 

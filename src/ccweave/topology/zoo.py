@@ -10,14 +10,16 @@ through its NICs on one non-blocking network switch (``net``). Generic shapes
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ccweave.errors import TopologyError
+from ccweave import limits
+from ccweave.errors import LimitError, TopologyError
 from ccweave.topology.cost import CostModel
 from ccweave.topology.model import Link, NodeKind, Topology
-from ccweave.units import GB_PER_S, US
+from ccweave.units import GB_PER_S, US, shown
 
 # --- link figures (GB/s per direction, microseconds) --------------------------------
 NVLINK2_GBPS = 25.0  # one V100 NVLink2 brick
@@ -201,6 +203,7 @@ def server(name: str, nodes: int = 1) -> Topology:
     if nodes < 1:
         raise TopologyError(f"{name}:{nodes}: the number of nodes must be at least 1")
     parts = SERVERS[name]()
+    limits.check_ranks(f"{name}:{nodes}", nodes * parts.gpus)
     title = name if nodes == 1 else f"{name}:{nodes}"
     if nodes == 1:  # one server: its NICs lead nowhere, leave them out
         fabric = {f: k for f, k in parts.fabric.items() if f not in parts.nics}
@@ -242,6 +245,7 @@ GENERIC_SOURCE = "generic shape; TACOS' figures: 50 GiB/s and 0.5 us per link"
 def ring(n: int) -> Topology:
     """``n`` ranks on a bidirectional ring."""
     _at_least(n, 2, f"ring:{n}")
+    limits.check_ranks(f"ring:{n}", n)
     links: list[Link] = []
     for r in range(n if n > 2 else 1):
         _generic_link(links, r, (r + 1) % n)
@@ -251,6 +255,9 @@ def ring(n: int) -> Topology:
 def fully_connected(n: int) -> Topology:
     """Every pair of ``n`` ranks joined directly."""
     _at_least(n, 2, f"fully-connected:{n}")
+    limits.check_ranks(f"fully-connected:{n}", n)
+    limits.check(f"fully-connected:{n}", n * (n - 1), limits.MAX_LINKS, "directed links",
+                 "model a smaller machine, or use switch:N")
     links: list[Link] = []
     for a, b in itertools.combinations(range(n), 2):
         _generic_link(links, a, b)
@@ -260,6 +267,7 @@ def fully_connected(n: int) -> Topology:
 def switch(n: int) -> Topology:
     """``n`` ranks on one non-blocking switch."""
     _at_least(n, 2, f"switch:{n}")
+    limits.check_ranks(f"switch:{n}", n)
     links: list[Link] = []
     for r in range(n):
         _duplex(links, r, "switch", GENERIC_GBPS, GENERIC_ALPHA_US / 2, "link")
@@ -272,6 +280,7 @@ def grid(dims: tuple[int, ...], wrap: bool) -> Topology:
     name = ("torus:" if wrap else "mesh:") + "x".join(map(str, dims))
     for d in dims:
         _at_least(d, 2, name)
+    limits.check_ranks(name, math.prod(dims))
     coords = list(itertools.product(*(range(d) for d in dims)))
     index = {c: i for i, c in enumerate(coords)}
     pairs = set()
@@ -290,7 +299,12 @@ def grid(dims: tuple[int, ...], wrap: bool) -> Topology:
 def hypercube(dim: int) -> Topology:
     """``2**dim`` ranks; ranks differing in one bit are joined."""
     _at_least(dim, 1, f"hypercube:{dim}")
+    if dim > limits.MAX_RANKS.bit_length():  # 2**dim would be huge: don't compute it
+        raise LimitError(f"hypercube:{dim}: 2**{dim} ranks, over the limit of "
+                         f"{limits.MAX_RANKS:,}; ccweave models machines of up to that many "
+                         "ranks")
     n = 2**dim
+    limits.check_ranks(f"hypercube:{dim}", n)
     links: list[Link] = []
     for r in range(n):
         for bit in range(dim):
@@ -308,10 +322,15 @@ def _dims(text: str, name: str, count: tuple[int, ...]) -> tuple[int, ...]:
     if not re.fullmatch(r"\d+(x\d+)*", text) or text.count("x") + 1 not in count:
         base = name.split(":")[0]
         if count == (1,):
-            raise TopologyError(f"{name}: expected a whole number after ':', e.g. {base}:8")
+            raise TopologyError(f"{shown(name)}: expected a whole number after ':', "
+                                f"e.g. {base}:8")
         shape = " or ".join("x".join("ABC"[:k]) for k in count)
-        raise TopologyError(f"{name}: expected {shape} after ':', e.g. {base}:4x4")
-    return tuple(int(part) for part in text.split("x"))
+        raise TopologyError(f"{shown(name)}: expected {shape} after ':', e.g. {base}:4x4")
+    parts = text.split("x")
+    if any(len(part.lstrip("0")) > limits.MAX_SPEC_DIGITS for part in parts):
+        raise LimitError(f"{shown(name)}: a size of more than {limits.MAX_SPEC_DIGITS} "
+                         f"digits, over the limit of {limits.MAX_RANKS:,} ranks")
+    return tuple(int(part) for part in parts)
 
 
 GENERIC = {
@@ -336,15 +355,18 @@ def is_zoo_name(text: str) -> bool:
 
 def get(name: str) -> Topology:
     """A zoo machine by name: ``dgx1``, ``ndv2:4``, ``torus:4x4x4``, ``hypercube:5``..."""
+    if not isinstance(name, str):
+        raise TopologyError(f"zoo.get({name!r}): give a zoo name as a string, e.g. "
+                            "'dgx1' or 'ndv2:2'")
     base, _, arg = name.strip().partition(":")
     if base in SERVERS:
-        if arg and not arg.isdigit():
-            raise TopologyError(f"{name}: the node count after ':' must be an integer, "
+        if arg and not re.fullmatch(r"\d+", arg):
+            raise TopologyError(f"{shown(name)}: the node count after ':' must be an integer, "
                                 f"e.g. {base}:2")
-        return server(base, int(arg) if arg else 1)
+        return server(base, _dims(arg, name, (1,))[0] if arg else 1)
     if base in GENERIC:
         if not arg:
             raise TopologyError(f"{name}: say the size, e.g. {base}:8")
         return GENERIC[base](arg, name)
-    raise TopologyError(f"unknown topology {name!r}: not a file and not in the zoo; the zoo "
+    raise TopologyError(f"unknown topology {shown(name)}: not a file and not in the zoo; the zoo "
                         f"has {', '.join(names())}")

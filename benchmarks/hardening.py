@@ -1,0 +1,176 @@
+"""Issue 11's figures: hostile-size inputs stay linear or are refused, and the 1024-rank
+compare fits the foundation's envelope.
+
+Cases, each in a fresh process (peak RSS is the child's own, from ``wait4``):
+
+- ``xml-import``: MSCCL XML of 2 GPUs x 3 threadblocks x 10,000 one-chunk steps (7.4 MB;
+  it took 5.0 GB before the import was made linear), read by ``ccweave.export.read``;
+  beside it the same text parsed by ElementTree alone, the floor any import pays.
+- ``xml-import-small``: the same at 1,000 steps per threadblock: time and memory grow
+  about 10x between them when the import is linear (100x when quadratic).
+- ``compare-1024``: ``ccweave compare ring:1024 allreduce --sizes 1GB`` (limit 8 GiB).
+- ``refusals``: the issue's inputs that ate the machine, all in one process.
+
+Each line prints wall seconds, peak RSS and the load average when it ended.
+
+    python benchmarks/hardening.py [--cases xml-import,compare-1024,...] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+LIMIT_GIB = 8.0
+STEPS = 10_000
+
+
+def chain_xml(steps: int) -> str:
+    """An allgather on 2 GPUs, 3 threadblocks each (local copies, receives, sends), one
+    chunk per step: the shape of the issue's 7.4 MB file."""
+    lines = [f'<algo name="chain" proto="Simple" nchannels="1" nchunksperloop="{2 * steps}" '
+             'ngpus="2" coll="allgather" inplace="0" outofplace="1" minBytes="0" '
+             'maxBytes="1099511627776">']
+    for gpu in (0, 1):
+        peer = 1 - gpu
+        lines.append(f'  <gpu id="{gpu}" i_chunks="{steps}" o_chunks="{2 * steps}" '
+                     's_chunks="0">')
+        for tb, (send, recv, kind) in enumerate(((-1, -1, "cpy"), (-1, peer, "r"),
+                                                 (peer, -1, "s"))):
+            lines.append(f'    <tb id="{tb}" send="{send}" recv="{recv}" chan="0">')
+            for k in range(steps):
+                dst = (peer if kind == "r" else gpu) * steps + k
+                lines.append(f'      <step s="{k}" type="{kind}" srcbuf="i" srcoff="{k}" '
+                             f'dstbuf="o" dstoff="{dst}" cnt="1" depid="-1" deps="-1" '
+                             'hasdep="0"/>')
+            lines.append("    </tb>")
+        lines.append("  </gpu>")
+    lines.append("</algo>")
+    return "\n".join(lines) + "\n"
+
+
+def _xml_import(steps: int) -> Callable[[], dict[str, object]]:
+    def case() -> dict[str, object]:
+        import xml.etree.ElementTree as ET
+
+        from ccweave.export import from_xml
+
+        text = chain_xml(steps)
+        began = time.perf_counter()
+        ET.fromstring(text)
+        parse_s = time.perf_counter() - began
+        began = time.perf_counter()
+        schedule = from_xml(text, "chain.xml")
+        return {"wall_s": time.perf_counter() - began, "baseline_s": parse_s,
+                "file_MB": len(text) / 1e6, "transfers": len(schedule.transfers)}
+    return case
+
+
+def _compare_1024() -> dict[str, object]:
+    from ccweave.cli import main
+
+    began = time.perf_counter()
+    with open(os.devnull, "w") as sink:
+        stdout, sys.stdout = sys.stdout, sink
+        try:
+            code = main(["compare", "ring:1024", "allreduce", "--sizes", "1GB", "--json"])
+        finally:
+            sys.stdout = stdout
+    return {"wall_s": time.perf_counter() - began, "exit_code": code}
+
+
+REFUSED = [["topo", "show", "torus:1000x1000x1000"], ["topo", "show", "hypercube:40"],
+           ["topo", "show", "dgx1:99999"], ["compare", "ring:100000", "allgather"],
+           ["bounds", "ring:4", "allgather", "--sizes", "1KB:1GB:1.0000001"],
+           ["synth", "ring:4", "allreduce", "--chunks", "1000000", "-o", os.devnull]]
+
+
+def _refusals() -> dict[str, object]:
+    from ccweave.cli import main
+
+    began = time.perf_counter()
+    with open(os.devnull, "w") as sink:
+        stderr, sys.stderr = sys.stderr, sink
+        try:
+            codes = [main(argv) for argv in REFUSED]
+        finally:
+            sys.stderr = stderr
+    return {"wall_s": time.perf_counter() - began, "exit_codes": codes}
+
+
+CASES: dict[str, Callable[[], dict[str, object]]] = {
+    "xml-import": _xml_import(STEPS),
+    "xml-import-small": _xml_import(STEPS // 10),
+    "compare-1024": _compare_1024,
+    "refusals": _refusals,
+}
+
+
+def run_case(name: str) -> dict[str, object]:
+    """One case in a fresh Python: its figures, its own peak RSS and the load average."""
+    with tempfile.TemporaryFile("w+") as out:
+        child = subprocess.Popen([sys.executable, __file__, "--child", name], stdout=out)
+        _, status, usage = os.wait4(child.pid, 0)
+        out.seek(0)
+        text = out.read()
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        return {"case": name, "error": f"exit code {code}"}
+    peak = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    return {"case": name, **json.loads(text.strip().splitlines()[-1]),
+            "peak_rss_GiB": peak / 2**30, "load_avg_1min": os.getloadavg()[0]}
+
+
+def report(rows: list[dict[str, object]]) -> str:
+    lines = ["issue 11: hostile-size inputs (each case in a fresh process)"]
+    for row in rows:
+        if "error" in row:
+            lines.append(f"  {row['case']:<18} FAILED: {row['error']}")
+            continue
+        line = (f"  {row['case']:<18} {row['wall_s']:8.2f} s  peak {row['peak_rss_GiB']:6.2f} "
+                f"GiB  load {row['load_avg_1min']:5.2f}")
+        if "baseline_s" in row:
+            line += (f"  ({row['file_MB']:.1f} MB, {row['transfers']:,} transfers; "
+                     f"{row['wall_s'] / row['baseline_s']:.1f}x ElementTree's parse of it)")
+        if row["case"] == "compare-1024":
+            verdict = "within" if row["peak_rss_GiB"] <= LIMIT_GIB else "OVER"
+            line += f"  exit {row['exit_code']}, {verdict} {LIMIT_GIB:g} GiB"
+        if "exit_codes" in row:
+            line += f"  exit codes {row['exit_codes']}"
+        lines.append(line)
+    by_case = {row["case"]: row for row in rows if "error" not in row}
+    if {"xml-import", "xml-import-small"} <= set(by_case):
+        big, small = by_case["xml-import"], by_case["xml-import-small"]
+        lines.append(f"  10x the steps: {big['wall_s'] / small['wall_s']:.1f}x the time, "
+                     f"{big['peak_rss_GiB'] / small['peak_rss_GiB']:.1f}x the peak RSS "
+                     "(linear: about 10x and less)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(CASES[args.child]()))
+        return 0
+    names = args.cases.split(",")
+    unknown = sorted(set(names) - set(CASES))
+    if unknown:
+        parser.error(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES)}")
+    rows = [run_case(name) for name in names]
+    print(json.dumps(rows) if args.json else report(rows))
+    compare = next((row for row in rows if row["case"] == "compare-1024"), None)
+    return 1 if compare and compare.get("peak_rss_GiB", 0) > LIMIT_GIB else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
