@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from ccweave.bounds import (
     Bound,
-    allreduce_partition,
     allgather_cut,
+    allreduce_partition,
     alltoall_flow,
     broadcast_flow,
     check_ranks_connected,
