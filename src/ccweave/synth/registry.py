@@ -29,6 +29,7 @@ STRATEGY_MODULES = (
     "ccweave.synth.pipelined",
     "ccweave.multipath.p2p",
     "ccweave.synth.taccl",
+    "ccweave.synth.forest",
 )
 
 
