@@ -67,18 +67,18 @@ def lower(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
         slot = (tree_root * c if kind is Kind.ALLGATHER else 0) + first
         start = 0
         for run in shares(count, [1] * max(1, min(lanes, count))):
-            last: dict[int, int] = {}
-            for size in [1] * run:
+            history: dict[int, int] = {}
+            for _ in range(run):
                 sent: list[int] = []
                 for e, (parent, child, via) in enumerate(edges):
                     src = (IN, first + start) if parent == tree_root else (OUT, slot + start)
-                    after = [] if e not in last else [last[e]]
+                    after = [history[e]] if e in history else []
                     if e < serial and len(sent) >= IN_FLIGHT:
                         after.append(sent[-IN_FLIGHT])
-                    last[e] = b.add(parent, child, *src, OUT, slot + start, size,
-                                    after=after, via=via)
-                    sent.append(last[e])
-                start += size
+                    history[e] = b.add(parent, child, *src, OUT, slot + start, 1,
+                                       after=after, via=via)
+                    sent.append(history[e])
+                start += 1
     return b
 
 
@@ -100,7 +100,9 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
     root, a scratch slot at an inner rank, its own input at a leaf) and sends the sum to
     its parent, which receives each child into a scratch slot of its own (children arrive
     side by side) and adds it locally; lanes and the FIFO per arc are as in
-    :func:`lower`. (``serial`` is for sends; it does not apply.)"""
+    :func:`lower`. A lane seeds its accumulators one chunk after another (all at once,
+    the local copies would share the rank's memory and the first sum would wait for the
+    last copy). (``serial`` is for sends; it does not apply.)"""
     del serial
     coll = Collective(kind, topology.num_ranks, chunks_per_rank, root)
     b = ScheduleBuilder(coll)
@@ -115,6 +117,7 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
         start = 0
         for run in shares(count, [1] * max(1, min(lanes, count))):
             last: dict[int, int] = {}
+            seeded: dict[int, int] = {}
             for j in range(first + start, first + start + run):
                 chunk = base + j
                 acc: dict[int, tuple[Buffer, int]] = {
@@ -122,8 +125,10 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
                 for rank in inner:
                     acc[rank] = (SCRATCH, scratch.get(rank, 0))
                     scratch[rank] = acc[rank][1] + 1
-                for rank in (tree_root, *inner):
-                    b.copy(rank, rank, (IN, chunk), acc[rank])
+                for rank in (tree_root, *inner):  # one chunk after another, as needed
+                    before = seeded.get(rank)
+                    seeded[rank] = b.copy(rank, rank, (IN, chunk), acc[rank],
+                                          after=() if before is None else (before,))
                 for e in reversed(range(len(edges))):
                     parent, child, via = edges[e]
                     slot = scratch.get(parent, 0)

@@ -18,7 +18,7 @@ import numpy as np
 from ccweave.synth.forest.network import BIG, FlowGraph, Network, arrays, fold_chains, from_topology
 from ccweave.topology.model import Topology
 
-TOLERANCE = 0.002
+TOLERANCE = 0.003
 """Integer capacities may cost at most this share of the optimal rate (else more units)."""
 MAX_UNITS = 48
 """Units per root tried: ``min_units .. MAX_UNITS``; the fewest within :data:`TOLERANCE`

@@ -31,9 +31,13 @@ KINDS = frozenset({Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE, Kind.BROA
                    Kind.REDUCE})
 DEFAULT_SIZE = 2**30
 """The size the pipeline is chosen for when none is given."""
-MAX_TRANSFERS = 200_000
+MAX_TRANSFERS = 120_000
 """The pipeline never makes a schedule of more transfers than this (or one chunk per
-unit, if that is more)."""
+unit, if that is more): simulating and verifying it stays a matter of seconds."""
+TRANSFERS_PER_MOVE = {Kind.ALLGATHER: 1.0, Kind.BROADCAST: 1.0, Kind.REDUCESCATTER: 2.5,
+                      Kind.REDUCE: 2.5, Kind.ALLREDUCE: 3.5}
+"""Transfers per chunk moved over an arc: a reduction adds a local copy and a local
+reduce; allreduce is both phases."""
 DRAIN = 0.5
 """Share of a lane chunk's time each level of a tree adds at the end (fitted in
 simulation: the fill and drain cost about ``DRAIN * (depth - 1) / blocks``)."""
@@ -60,7 +64,7 @@ def build_trees(topology: Topology, kind: Kind, *, root: int = 0, chunks: int | 
     reject_options(options, "trees", ["size"])
     size = _size(options.get("size", DEFAULT_SIZE))
     if kind is Kind.ALLREDUCE:
-        rs = _allgather(topology, chunks, size, Kind.REDUCESCATTER)
+        rs = _allgather(topology, chunks, size, Kind.REDUCESCATTER, Kind.ALLREDUCE)
         ag = _allgather(topology, rs.collective.chunks_per_rank, size, Kind.ALLGATHER)
         return concat(rs, ag).with_name(
             schedule_name("trees", chunks=rs.collective.chunks_per_rank))
@@ -79,13 +83,15 @@ def _size(value: object) -> int:
     return int(size)
 
 
-def _allgather(topology: Topology, chunks: int | None, size: int, kind: Kind) -> Schedule:
+def _allgather(topology: Topology, chunks: int | None, size: int, kind: Kind,
+               budget_for: Kind | None = None) -> Schedule:
     """Allgather on the topology's forest, or reduce-scatter on the reversed topology's
     forest taken backwards."""
     packed_on = topology if kind is Kind.ALLGATHER else reversed_topology(topology)
     forest = allgather_forest(packed_on)
     n = topology.num_ranks
-    c = chunks if chunks is not None else _pipeline(forest, packed_on, size, n)
+    c = chunks if chunks is not None else \
+        _pipeline(forest, packed_on, size, n, TRANSFERS_PER_MOVE[budget_for or kind])
     c = chunks_for(c)
     trees = []
     for root in range(n):
@@ -104,7 +110,8 @@ def _broadcast(topology: Topology, root: int, chunks: int | None, size: int,
     packed_on = topology if kind is Kind.BROADCAST else reversed_topology(topology)
     forest = broadcast_forest(packed_on, root)
     n = topology.num_ranks
-    total = chunks * n if chunks is not None else _pipeline(forest, packed_on, size, 1)
+    total = chunks * n if chunks is not None else \
+        _pipeline(forest, packed_on, size, 1, TRANSFERS_PER_MOVE[kind])
     c = chunks_for(chunks, math.ceil(total / n))
     mine = forest.of_root(root)
     trees = [(root, count, edges, min(units, count)) for count, (units, edges)
@@ -118,7 +125,8 @@ def _facts(forest: Forest) -> dict[str, object]:
             "rate_over_bound": forest.seconds_per_byte / forest.optimal_seconds_per_byte}
 
 
-def _pipeline(forest: Forest, topology: Topology, size: int, roots: int) -> int:
+def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
+              per_move: float = 1.0) -> int:
     """Chunks per root minimizing the estimate ``max link time + drain + latency``: the
     link time of the chunks as shared out (fewer chunks than units unbalance the trees),
     the drain ``DRAIN * (depth - 1) / p`` of it for ``p`` chunks per lane, and a latency
@@ -132,7 +140,7 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int) -> int:
         loads = _link_loads(forest, topology)
     alpha = max((link.alpha for link in topology.links), default=0.0)
     depth = max(forest.depth, 1)
-    budget = max(k, MAX_TRANSFERS // max(1, roots * (n - 1)))
+    budget = max(k, int(MAX_TRANSFERS / per_move) // max(1, roots * (n - 1)))
     candidates = sorted({*(2**i for i in range(16)), *(k * 2**i for i in range(16))})
     candidates = [c for c in candidates if c <= budget] or [1]
 
