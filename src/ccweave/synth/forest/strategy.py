@@ -38,9 +38,14 @@ TRANSFERS_PER_MOVE = {Kind.ALLGATHER: 1.0, Kind.BROADCAST: 1.0, Kind.REDUCESCATT
                       Kind.REDUCE: 2.5, Kind.ALLREDUCE: 3.5}
 """Transfers per chunk moved over an arc: a reduction adds a local copy and a local
 reduce; allreduce is both phases."""
-DRAIN = 0.5
+DRAIN = 0.15
 """Share of a lane chunk's time each level of a tree adds at the end (fitted in
 simulation: the fill and drain cost about ``DRAIN * (depth - 1) / blocks``)."""
+SERIAL_RATIO = 4.0
+"""A root sends its rail copies one after another when each streams at least this many
+latencies (else all at once: at small sizes the latencies would add up)."""
+DIRECT_BUDGET = 4
+"""Topologies without fabric get this many times the transfer budget."""
 EXACT_LOADS = 200_000
 """Forests of more arcs than this take their rate as the link time of every pipeline."""
 
@@ -91,7 +96,8 @@ def _allgather(topology: Topology, chunks: int | None, size: int, kind: Kind,
     forest = allgather_forest(packed_on)
     n = topology.num_ranks
     c = chunks if chunks is not None else \
-        _pipeline(forest, packed_on, size, n, TRANSFERS_PER_MOVE[budget_for or kind])
+        _pipeline(forest, packed_on, size, n, TRANSFERS_PER_MOVE[budget_for or kind],
+                  kind is Kind.REDUCESCATTER)
     c = chunks_for(c)
     trees = []
     for root in range(n):
@@ -99,8 +105,13 @@ def _allgather(topology: Topology, chunks: int | None, size: int, kind: Kind,
         for count, (units, edges) in zip(shares(c, [u for u, _ in mine]), mine):
             if count:
                 trees.append((root, count, edges, min(units, count)))
-    return build(kind, topology, c, 0, trees, schedule_name("trees", chunks=c),
-                 forest.serial, **_facts(forest))
+    # the rails go one copy at a time only where a copy streams longer than it waits
+    copy = size * forest.seconds_per_byte / max(1.0, c / max(forest.units)) / \
+        max(1, forest.serial)
+    alpha = max((link.alpha for link in topology.links), default=0.0)
+    serial = forest.serial if copy > SERIAL_RATIO * alpha else 0
+    return build(kind, topology, c, 0, trees, schedule_name("trees", chunks=c), serial,
+                 **_facts(forest))
 
 
 def _broadcast(topology: Topology, root: int, chunks: int | None, size: int,
@@ -111,7 +122,7 @@ def _broadcast(topology: Topology, root: int, chunks: int | None, size: int,
     forest = broadcast_forest(packed_on, root)
     n = topology.num_ranks
     total = chunks * n if chunks is not None else \
-        _pipeline(forest, packed_on, size, 1, TRANSFERS_PER_MOVE[kind])
+        _pipeline(forest, packed_on, size, 1, TRANSFERS_PER_MOVE[kind], kind is Kind.REDUCE)
     c = chunks_for(chunks, math.ceil(total / n))
     mine = forest.of_root(root)
     trees = [(root, count, edges, min(units, count)) for count, (units, edges)
@@ -126,11 +137,15 @@ def _facts(forest: Forest) -> dict[str, object]:
 
 
 def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
-              per_move: float = 1.0) -> int:
-    """Chunks per root minimizing the estimate ``max link time + drain + latency``: the
-    link time of the chunks as shared out (fewer chunks than units unbalance the trees),
-    the drain ``DRAIN * (depth - 1) / p`` of it for ``p`` chunks per lane, and a latency
-    per chunk of a lane and per level."""
+              per_move: float = 1.0, reduction: bool = False) -> int:
+    """Chunks per root minimizing the estimate ``link time + drain + latency``: the busiest
+    link's time with the chunks as shared out (fewer chunks than units unbalance the
+    trees); the drain, ``DRAIN * relays / p`` of it for ``p`` chunks per lane, ``relays``
+    the most copies a chunk waits for on its way down (the children of every rank it
+    passes before the last, :func:`relays`); and a latency per chunk of a lane and per
+    level. A reduction adds the local sums its root makes after the last chunk arrives,
+    one per child. Forests without fabric routes get a larger transfer budget (their
+    simulation shares no link between routes)."""
     n = topology.num_ranks
     k = max(forest.units)
     if len(forest.trees) * n > EXACT_LOADS:  # too many arcs to weigh: take the rate
@@ -140,7 +155,12 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
         loads = _link_loads(forest, topology)
     alpha = max((link.alpha for link in topology.links), default=0.0)
     depth = max(forest.depth, 1)
-    budget = max(k, int(MAX_TRANSFERS / per_move) // max(1, roots * (n - 1)))
+    waits = relays(forest)
+    fanin = max((sum(1 for parent, _, _ in edges if parent == root)
+                 for root, _, edges in forest.trees[:4096]), default=0) if reduction else 0
+    direct = not topology.fabric
+    budget = max(k, int(MAX_TRANSFERS * (DIRECT_BUDGET if direct else 1) / per_move)
+                 // max(1, roots * (n - 1)))
     candidates = sorted({*(2**i for i in range(16)), *(k * 2**i for i in range(16))})
     candidates = [c for c in candidates if c <= budget] or [1]
 
@@ -148,9 +168,30 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
         p = max(1.0, c / k)
         bandwidth = size * loads(c)
         serial = p * alpha * forest.serial / IN_FLIGHT  # the rails' latencies in turn
-        return bandwidth * (1 + DRAIN * (depth - 1) / p) + (p + depth) * alpha + serial
+        local = fanin * size / (roots * c) / topology.local_bandwidth  # last sums at a root
+        return (bandwidth * (1 + DRAIN * waits / p) + (p + depth) * alpha + serial
+                + local)
 
     return min(candidates, key=estimate)
+
+
+def relays(forest: Forest) -> int:
+    """The most a chunk waits on its way down a tree, in copies: over root-to-leaf paths,
+    the children of every rank on the path but the root (a rank sends a chunk to each of
+    its children before the last one has it). 0 for stars. Symmetric forests of many
+    trees are weighed by their first root's trees."""
+    trees = forest.trees if len(forest.trees) <= 4096 else \
+        [forest.trees[i] for i in forest.by_root.get(forest.trees[0][0], [0])]
+    worst = 0
+    for root, _, edges in trees:
+        fanout: dict[int, int] = {}
+        for parent, _, _ in edges:
+            fanout[parent] = fanout.get(parent, 0) + 1
+        waited = {root: 0}
+        for parent, child, _ in edges:
+            waited[child] = waited[parent] + (fanout[parent] if parent != root else 0)
+        worst = max(worst, max(waited.values()))
+    return worst
 
 
 def _link_loads(forest: Forest, topology: Topology):
