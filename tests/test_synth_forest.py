@@ -50,6 +50,11 @@ def link_loads_fit(topology: Topology, forest) -> bool:
     return bool((load <= topology.bandwidths * forest.seconds_per_byte * (1 + 1e-9)).all())
 
 
+def eulerian(topology: Topology) -> bool:
+    """Every fabric node takes in as much as it can hand out."""
+    return all(topology.in_bandwidth(f) == topology.out_bandwidth(f) for f in topology.fabric)
+
+
 def spans(topology: Topology, forest) -> bool:
     for root, _, edges in forest.trees:
         reached = {root}
@@ -122,7 +127,8 @@ def test_allgather_forest_reaches_the_cut_bound_link_by_link(topology):
     forest = allgather_forest(topology)
     assert spans(topology, forest)
     assert forest.optimal_seconds_per_byte == pytest.approx(allgather_cut(topology)[0])
-    assert forest.seconds_per_byte <= forest.optimal_seconds_per_byte * 1.01
+    if eulerian(topology):
+        assert forest.seconds_per_byte <= forest.optimal_seconds_per_byte * 1.01
     assert link_loads_fit(topology, forest)
     assert all(sum(u for u, _ in forest.of_root(r)) == forest.units[r]
                for r in topology.ranks)
@@ -137,7 +143,8 @@ def test_broadcast_forest_reaches_the_max_flow_bound(topology, data):
     assert spans(topology, forest)
     assert {r for r, _, _ in forest.trees} == {root}
     assert forest.optimal_seconds_per_byte == pytest.approx(broadcast_flow(topology, root)[0])
-    assert forest.seconds_per_byte <= forest.optimal_seconds_per_byte * 1.01
+    if eulerian(topology):  # else a switch taking in less than it hands out cannot copy
+        assert forest.seconds_per_byte <= forest.optimal_seconds_per_byte * 1.01
     assert link_loads_fit(topology, forest)
 
 
@@ -207,9 +214,7 @@ def test_switch_removal_keeps_the_packing_condition(topology):
         return
     split_fabric(net, demand)
     assert all(a < n and b < n for a, b, _ in net.capacity)
-    eulerian = all(topology.in_bandwidth(f) == topology.out_bandwidth(f)
-                   for f in topology.fabric)
-    if eulerian:  # Bang-Jensen, Frank and Jackson: nothing is lost
+    if eulerian(topology):  # Bang-Jensen, Frank and Jackson: nothing is lost
         assert feasible(net, demand)
     for (a, b, via), _ in net.capacity.items():
         topology.route_via(a, b, tuple(str(net.nodes[f]) for f in via))  # real routes

@@ -24,9 +24,13 @@ from ccweave.synth.forest.rate import Rate, feasible, search
 from ccweave.synth.forest.split import split_fabric
 from ccweave.topology.model import Topology
 
-RETRIES = 6
-"""Times the rate is eased (x1.01) when a split leaves the network short (a fabric vertex
-whose in- and out-capacity differ cannot be split off completely)."""
+EASING = (1.01, 1.01, 1.02, 1.05, 1.1, 1.25, 1.5, 2.0, 2.0, 2.0, 2.0, 4.0, 4.0, 16.0)
+"""Factors the time is eased by, in turn, while a split leaves the network short: a fabric
+vertex whose in- and out-capacity differ may not split off completely, and then the
+max-flow bound (each rank alone) is more than trees through it can reach (a switch that
+takes in less than it must hand out cannot copy)."""
+BISECTIONS = 6
+"""Steps that narrow a large easing down (geometric bisection)."""
 
 
 @dataclass(frozen=True)
@@ -127,19 +131,35 @@ def broadcast_forest(topology: Topology, root: int) -> Forest:
 
 def _packed(topology: Topology, optimal: float, demand_of, min_units: int = 1) -> Forest:
     rate = search(topology, optimal, demand_of, min_units)
-    for _ in range(RETRIES):
-        net = rate.network.copy()
-        split_fabric(net, rate.demand)
-        if feasible(net, rate.demand):
+    failed = None
+    for factor in (*EASING, None):
+        net = _split(rate)
+        if net is not None:
             break
-        rate = _eased(topology, rate, 1.01)
-    else:
-        raise CCWeaveError(f"trees: could not split the fabric of {topology.name!r} off "
-                           "without losing the packing condition (a bug)")
+        if factor is None:
+            raise CCWeaveError(f"trees: could not split the fabric of {topology.name!r} off "
+                               "without losing the packing condition (a bug)")
+        failed, rate = rate, _eased(topology, rate, factor)
+    if failed is not None and rate.seconds_per_byte > failed.seconds_per_byte * 1.05:
+        for _ in range(BISECTIONS):  # eased a lot: find the time between more closely
+            middle = _eased(topology, failed,
+                            (rate.seconds_per_byte / failed.seconds_per_byte) ** 0.5)
+            found = _split(middle)
+            if found is None:
+                failed = middle
+            else:
+                rate, net = middle, found
     packed = pack(net, rate.demand)
     trees = tuple((t.root, t.units, _named(rate.network, t)) for t in packed)
     return Forest(trees, tuple(int(u) for u in rate.demand), rate.seconds_per_byte, optimal,
                   "packed", max((t.depth() for t in packed), default=0), 0, _index(trees))
+
+
+def _split(rate: Rate) -> Network | None:
+    """The rate's network with its fabric split off, or ``None`` if that leaves it short."""
+    net = rate.network.copy()
+    split_fabric(net, rate.demand)
+    return net if feasible(net, rate.demand) else None
 
 
 def _eased(topology: Topology, rate: Rate, factor: float) -> Rate:
