@@ -84,7 +84,7 @@ def test_every_collective_verifies(machine):
 def test_a_line_of_five_gets_every_collective_the_classics_refuse():
     topology = line(5)
     for kind in KINDS:
-        schedule = synthesize(topology, kind, "trees", root=2)
+        schedule = synthesize(topology, kind, "trees", root=2, size=2**30)
         verify(schedule, topology)
         ratio = simulate(schedule, topology, 2**30).time_s / \
             lower_bound(topology, kind, 2**30, root=2).time_s
@@ -115,6 +115,9 @@ def test_options_are_checked():
         synthesize(topology, "alltoall", "trees")
     assert synthesize(topology, "allgather", "trees", size="64KB").collective.chunks_per_rank \
         <= synthesize(topology, "allgather", "trees", size="1GB").collective.chunks_per_rank
+    # without a size: one chunk per unit, the compact form MSCCL loops over
+    forest_units = max(allgather_forest(topology).units)
+    assert synthesize(topology, "allgather", "trees").collective.chunks_per_rank == forest_units
 
 
 # --------------------------------------------------------------- the forests' rate

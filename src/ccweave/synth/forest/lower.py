@@ -26,6 +26,12 @@ IN_FLIGHT = 1
 """Serial sends from one port keep this many copies in flight (one's latency passes
 while the other streams)."""
 
+THREADBLOCKS = 128
+"""Threadblocks a GPU may give MSCCL and still wait on any of them (a step's ``depid`` is 8
+bits, 0..127); lanes go on channels, up to two threadblocks per peer on each."""
+CHANNELS = 32
+"""NCCL's MAXCHANNELS."""
+
 Edge = tuple[int, int, tuple[str, ...]]
 """(parent rank, child rank, fabric names the route passes)."""
 
@@ -61,12 +67,16 @@ def lower(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
     else:
         b.copy(root, root, (IN, 0), (OUT, 0), coll.total_chunks)
     taken: dict[int, int] = {}
+    channels = channel_count(topology.num_ranks)
+    lane = 0
     for tree_root, count, edges, lanes in trees:
         first = taken.get(tree_root, 0)
         taken[tree_root] = first + count
         slot = (tree_root * c if kind is Kind.ALLGATHER else 0) + first
         start = 0
         for run in shares(count, [1] * max(1, min(lanes, count))):
+            channel = lane % channels
+            lane += 1
             history: dict[int, int] = {}
             for _ in range(run):
                 sent: list[int] = []
@@ -76,10 +86,17 @@ def lower(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
                     if e < serial and len(sent) >= IN_FLIGHT:
                         after.append(sent[-IN_FLIGHT])
                     history[e] = b.add(parent, child, *src, OUT, slot + start, 1,
-                                       after=after, via=via)
+                                       channel=channel, after=after, via=via)
                     sent.append(history[e])
                 start += 1
     return b
+
+
+def channel_count(num_ranks: int) -> int:
+    """Channels the lanes are dealt over: as many as MSCCL runs with a threadblock per
+    peer on each (a connection is FIFO per channel, so lanes on their own channels keep
+    their own order when exported)."""
+    return max(1, min(CHANNELS, THREADBLOCKS // (2 * num_ranks)))
 
 
 def build(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
@@ -109,6 +126,8 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
     c = chunks_per_rank
     scratch: dict[int, int] = {}
     taken: dict[int, int] = {}
+    channels = channel_count(topology.num_ranks)
+    lane = 0
     for tree_root, count, edges, lanes in trees:
         first = taken.get(tree_root, 0)
         taken[tree_root] = first + count
@@ -116,6 +135,8 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
         inner = sorted({parent for parent, _, _ in edges} - {tree_root})
         start = 0
         for run in shares(count, [1] * max(1, min(lanes, count))):
+            channel = lane % channels
+            lane += 1
             last: dict[int, int] = {}
             seeded: dict[int, int] = {}
             for j in range(first + start, first + start + run):
@@ -127,16 +148,16 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
                     scratch[rank] = acc[rank][1] + 1
                 for rank in (tree_root, *inner):  # one chunk after another, as needed
                     before = seeded.get(rank)
-                    seeded[rank] = b.copy(rank, rank, (IN, chunk), acc[rank],
+                    seeded[rank] = b.copy(rank, rank, (IN, chunk), acc[rank], channel=channel,
                                           after=() if before is None else (before,))
                 for e in reversed(range(len(edges))):
                     parent, child, via = edges[e]
                     slot = scratch.get(parent, 0)
                     scratch[parent] = slot + 1
                     last[e] = b.add(child, parent, *acc.get(child, (IN, chunk)), SCRATCH, slot,
-                                    after=() if e not in last else (last[e],),
+                                    channel=channel, after=() if e not in last else (last[e],),
                                     via=tuple(reversed(via)))
-                    b.reduce(parent, parent, (SCRATCH, slot), acc[parent])
+                    b.reduce(parent, parent, (SCRATCH, slot), acc[parent], channel=channel)
             start += run
     return b
 

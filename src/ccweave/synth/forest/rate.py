@@ -23,6 +23,8 @@ TOLERANCE = 0.003
 MAX_UNITS = 48
 """Units per root tried: ``min_units .. MAX_UNITS``; the fewest within :data:`TOLERANCE`
 win (fewer units, fewer trees), else the closest to the bound."""
+LARGE_UNITS = (64, 96, 128, 192, 256, 384, 512)
+"""Then these, for bandwidths so uneven that few units round the slow links away."""
 SEARCH_STEPS = 14
 """Bisection steps between the bound and the tolerance."""
 
@@ -86,7 +88,8 @@ def search(topology: Topology, optimal: float, demand_of: Callable[[int], np.nda
                 low = middle
         return high
 
-    candidates = range(min_units, max(MAX_UNITS, 2 * min_units) + 1)
+    candidates = [*range(min_units, max(MAX_UNITS, 2 * min_units) + 1),
+                  *(k for k in LARGE_UNITS if k > max(MAX_UNITS, 2 * min_units))]
     for slack in (tolerance, 4 * tolerance, 16 * tolerance, 64 * tolerance):
         high = optimal * (1 + slack)
         for k in candidates:

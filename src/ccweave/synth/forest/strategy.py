@@ -29,8 +29,6 @@ from ccweave.units import parse_size
 
 KINDS = frozenset({Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE, Kind.BROADCAST,
                    Kind.REDUCE})
-DEFAULT_SIZE = 2**30
-"""The size the pipeline is chosen for when none is given."""
 MAX_TRANSFERS = 120_000
 """The pipeline never makes a schedule of more transfers than this (or one chunk per
 unit, if that is more): simulating and verifying it stays a matter of seconds."""
@@ -59,15 +57,16 @@ def build_trees(topology: Topology, kind: Kind, *, root: int = 0, chunks: int | 
     """Tree-packing schedule of ``kind`` (allgather, reducescatter, allreduce, broadcast,
     reduce) on any connected topology.
 
-    Option ``size`` (bytes, or a string like ``64MB``; default 1 GB) picks the pipeline
-    depth when ``chunks`` (per rank) is not given. Reduce-scatter and reduce run the
-    allgather and broadcast trees of the reversed topology backwards; allreduce is that
-    reduce-scatter followed by the allgather.
+    Option ``size`` (bytes, or a string like ``64MB``) picks the pipeline depth when
+    ``chunks`` (per rank) is not given; with neither, every unit of a tree is one chunk,
+    the compact form a runtime that loops over the buffer (MSCCL) pipelines itself.
+    Reduce-scatter and reduce run the allgather and broadcast trees of the reversed
+    topology backwards; allreduce is that reduce-scatter followed by the allgather.
     """
     kind = Kind.parse(kind)
     require_kind(kind, KINDS, "trees")
     reject_options(options, "trees", ["size"])
-    size = _size(options.get("size", DEFAULT_SIZE))
+    size = _size(options["size"]) if "size" in options else None
     if kind is Kind.ALLREDUCE:
         rs = _allgather(topology, chunks, size, Kind.REDUCESCATTER, Kind.ALLREDUCE)
         ag = _allgather(topology, rs.collective.chunks_per_rank, size, Kind.ALLGATHER)
@@ -88,13 +87,15 @@ def _size(value: object) -> int:
     return int(size)
 
 
-def _allgather(topology: Topology, chunks: int | None, size: int, kind: Kind,
+def _allgather(topology: Topology, chunks: int | None, size: int | None, kind: Kind,
                budget_for: Kind | None = None) -> Schedule:
     """Allgather on the topology's forest, or reduce-scatter on the reversed topology's
     forest taken backwards."""
     packed_on = topology if kind is Kind.ALLGATHER else reversed_topology(topology)
     forest = allgather_forest(packed_on)
     n = topology.num_ranks
+    if chunks is None and size is None:
+        chunks = max(forest.units)
     c = chunks if chunks is not None else \
         _pipeline(forest, packed_on, size, n, TRANSFERS_PER_MOVE[budget_for or kind],
                   kind is Kind.REDUCESCATTER)
@@ -106,23 +107,30 @@ def _allgather(topology: Topology, chunks: int | None, size: int, kind: Kind,
             if count:
                 trees.append((root, count, edges, min(units, count)))
     # the rails go one copy at a time only where a copy streams longer than it waits
-    copy = size * forest.seconds_per_byte / max(1.0, c / max(forest.units)) / \
-        max(1, forest.serial)
     alpha = max((link.alpha for link in topology.links), default=0.0)
-    serial = forest.serial if copy > SERIAL_RATIO * alpha else 0
+    serial = forest.serial
+    if size is not None:
+        copy = size * forest.seconds_per_byte / max(1.0, c / max(forest.units)) / \
+            max(1, forest.serial)
+        serial = forest.serial if copy > SERIAL_RATIO * alpha else 0
     return build(kind, topology, c, 0, trees, schedule_name("trees", chunks=c), serial,
                  **_facts(forest))
 
 
-def _broadcast(topology: Topology, root: int, chunks: int | None, size: int,
+def _broadcast(topology: Topology, root: int, chunks: int | None, size: int | None,
                kind: Kind) -> Schedule:
     """Broadcast on the topology's forest from ``root``, or reduce on the reversed
     topology's forest taken backwards."""
     packed_on = topology if kind is Kind.BROADCAST else reversed_topology(topology)
     forest = broadcast_forest(packed_on, root)
     n = topology.num_ranks
-    total = chunks * n if chunks is not None else \
-        _pipeline(forest, packed_on, size, 1, TRANSFERS_PER_MOVE[kind], kind is Kind.REDUCE)
+    if chunks is not None:
+        total = chunks * n
+    elif size is None:
+        total = forest.units[root]
+    else:
+        total = _pipeline(forest, packed_on, size, 1, TRANSFERS_PER_MOVE[kind],
+                          kind is Kind.REDUCE)
     c = chunks_for(chunks, math.ceil(total / n))
     mine = forest.of_root(root)
     trees = [(root, count, edges, min(units, count)) for count, (units, edges)
