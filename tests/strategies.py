@@ -46,6 +46,27 @@ def topologies(draw, min_ranks: int = 2, max_ranks: int = 8, switches: bool = Tr
 
 
 @st.composite
+def slow_port_switches(draw, min_ranks: int = 2, max_ranks: int = 6) -> Topology:
+    """Ranks on one switch whose ports differ, some much slower and some faster one way
+    than the other, plus a few one-way direct links: the machines where allreduce's
+    RS + AG is not a bound."""
+    n = draw(st.integers(min_ranks, max_ranks))
+    speeds = st.sampled_from([2.0, 10.0, 25.0, 50.0, 100.0]).map(lambda b: b * GBPS)
+    alpha = st.sampled_from([0.0, 0.5e-6, 1e-6, 3e-6])
+    links: list[Link] = []
+    for rank in range(n):
+        up = draw(speeds)
+        down = up if draw(st.booleans()) else draw(speeds)
+        links.append(Link(rank, "sw", up, draw(alpha)))
+        links.append(Link("sw", rank, down, draw(alpha)))
+    for _ in range(draw(st.integers(0, 3))):
+        a, b = draw(st.integers(0, n - 1)), draw(st.integers(0, n - 1))
+        if a != b:
+            links.append(Link(a, b, draw(speeds), draw(alpha)))
+    return Topology(f"slowport{n}", n, tuple(links), {"sw": NodeKind.SWITCH})
+
+
+@st.composite
 def topology_and_schedule(draw) -> tuple[Topology, Schedule]:
     """A random topology and a random schedule over pairs that have routes; the builder
     derives deps from the slots the transfers share, plus a few explicit ones."""

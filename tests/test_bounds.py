@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from ccweave.bounds import (
     Bound,
     allgather_cut,
+    allreduce_partition,
     alltoall_flow,
     broadcast_flow,
     check_ranks_connected,
@@ -227,7 +228,7 @@ def test_ring_allgather_is_seven_eighths_over_both_directions():
     bound = lower_bound(ring(8, 25), Kind.ALLGATHER, M)
     assert bound.bandwidth_s == pytest.approx(M / 8 * 7 / (2 * b), rel=1e-9)
     assert bound.method == "allgather cut"
-    assert bound.weaker_s == bound.time_s
+    assert bound.rs_ag_s is None
 
 
 def test_fully_connected_allgather():
@@ -292,15 +293,61 @@ def test_alltoall_lp_on_ring_and_chain():
         2 * M / (3 * b), rel=1e-6)
 
 
-def test_allreduce_reports_rs_plus_ag_and_the_weaker_true_bound():
+def test_allreduce_bound_is_proven_and_rs_ag_is_only_a_reference():
     links = [Link(0, 1, 10 * GB), Link(1, 2, 10 * GB), Link(2, 0, 10 * GB),
              Link(1, 0, 30 * GB), Link(2, 1, 30 * GB), Link(0, 2, 30 * GB)]
     topology = Topology("skew", 3, tuple(links))
     rs, ag = reducescatter_cut(topology)[0], allgather_cut(topology)[0]
     bound = lower_bound(topology, "allreduce", M)
-    assert bound.bandwidth_s == pytest.approx((rs + ag) * M)
-    assert bound.weaker_s == pytest.approx(max(rs, ag) * M)
-    assert bound.time_s > bound.weaker_s
+    assert bound.rs_ag_s == pytest.approx((rs + ag) * M)
+    assert bound.bandwidth_s >= max(rs, ag) * M
+    # every rank's result needs M bytes in and every rank's input M bytes out: the
+    # slowest single direction of a rank's ports (40 GB/s each here) ...
+    assert bound.bandwidth_s >= M / (40 * GB) * (1 - 1e-12)
+    # ... and 2(m-1) = 4 messages per element over 120 GB/s leaving the three ranks
+    assert bound.bandwidth_s >= 4 * M / (120 * GB) * (1 - 1e-12)
+    assert bound.time_s <= bound.rs_ag_s * (1 + 1e-12)
+
+
+def test_slow_port_switch_allreduce_needs_M_through_the_slow_port():
+    """The issue's example: 4 ranks on a switch, rank 0's port 10 GB/s, the others 25."""
+    links = [lk for r, gbps in enumerate([10, 25, 25, 25]) for lk in duplex(r, "sw", gbps, 1e-6)]
+    topology = Topology("slowport", 4, tuple(links), {"sw": NodeKind.SWITCH})
+    bound = lower_bound(topology, "allreduce", 2**30)
+    assert bound.time_s >= 2**30 / (10 * GB)  # 107.37 ms: all of M into rank 0
+    assert bound.time_s == pytest.approx(2**30 / (10 * GB) + 1e-6)  # + the port link alpha
+    assert bound.witness is not None and bound.method.startswith("allreduce min cut")
+    assert bound.rs_ag_s == pytest.approx(2 * 0.75 * 2**30 / (10 * GB) + 4e-6, rel=1e-3)
+
+
+@SETTINGS
+@given(topologies(max_ranks=6))
+def test_allreduce_partition_bound_is_at_most_rs_plus_ag_on_symmetric_rings(topology):
+    """On every topology the partition bound is a real one: for one part per rank its
+    crossing bandwidth is at most the ranks' own port bandwidth."""
+    per_byte, method = allreduce_partition(topology)
+    n = topology.num_ranks
+    ports = sum(lk.bandwidth for lk in topology.links if topology.is_rank(lk.src))
+    assert per_byte >= 2 * (n - 1) / ports * (1 - 1e-12)
+    assert "parts" in method
+
+
+def test_allreduce_bound_equals_rs_plus_ag_where_that_is_optimal():
+    """Homogeneous switch and ring: ring allreduce reaches RS + AG, and the partition
+    bound proves nothing faster exists."""
+    for topology in (star(8, 50), ring(8, 25)):
+        bound = lower_bound(topology, "allreduce", M)
+        assert bound.bandwidth_s == pytest.approx(bound.rs_ag_s, rel=1e-9)
+        assert bound.method.startswith("allreduce messages")
+
+
+def test_cut_alpha_adds_to_the_bandwidth_term():
+    # one 10 GB/s link with 5 us: no byte arrives before 5 us, then M streams
+    topology = chain([10], alphas=[5e-6])
+    bound = lower_bound(topology, "broadcast", 2**20)
+    assert bound.cut_s == pytest.approx(2**20 / (10 * GB) + 5e-6)
+    assert bound.time_s == bound.cut_s
+    assert bound.bandwidth_s == pytest.approx(2**20 / (10 * GB))
 
 
 def test_latency_bound_on_a_chain():
@@ -366,9 +413,11 @@ def test_sendrecv_bound_is_the_pair_max_flow() -> None:
     from ccweave.topology import zoo
 
     mist = lower_bound(zoo.get("mist"), Kind.SENDRECV, 2**30, root=0, peer=1)
-    assert mist.algbw == pytest.approx(150e9)  # direct NVLink + the host path, 75 GB/s each
+    # direct NVLink + the host path, 75 GB/s each; nothing arrives before 0.7 us
+    assert 2**30 / mist.bandwidth_s == pytest.approx(150e9)
     assert mist.latency_s == pytest.approx(0.7e-6)
+    assert mist.time_s == pytest.approx(mist.bandwidth_s + 0.7e-6)
     cedar = lower_bound(zoo.get("cedar"), Kind.SENDRECV, 2**30, root=0, peer=1)
-    assert cedar.algbw == pytest.approx(50e9 + 2 * 50e9 + 16e9)  # direct, 2 peers, PCIe
+    assert 2**30 / cedar.bandwidth_s == pytest.approx(50e9 + 2 * 50e9 + 16e9)  # 2 peers, PCIe
     with pytest.raises(InputError, match="other than the sender"):
         lower_bound(zoo.get("mist"), Kind.SENDRECV, 1, root=1, peer=1)

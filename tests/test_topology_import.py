@@ -22,7 +22,9 @@ DGX_A100_SMI = FIXTURES / "nvidia_smi_topo_dgx_a100.txt"
 
 
 def busbw(topology, size=2**30) -> float:
-    return lower_bound(topology, "allgather", size).busbw / 1e9
+    """Bus bandwidth of the allgather bound's bandwidth term (its links' alpha left out)."""
+    bound = lower_bound(topology, "allgather", size)
+    return bound.busbw * bound.time_s / bound.bandwidth_s / 1e9
 
 
 def gbps(topology, src, dst) -> float:

@@ -35,6 +35,9 @@ class Result:
     bound_s: float
     ratio_to_bound: float
     best: bool = False
+    rs_ag_s: float | None = None
+    """Allreduce: the RS + AG reference (reduce-scatter bound + allgather bound), not a
+    bound; ``None`` for the other collectives."""
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -149,7 +152,7 @@ def _result(name: str, schedule: Schedule, topology: Topology, size: int,
     algbw = size / sim.time_s / GB_PER_S
     return Result(name, schedule.name, size, sim.time_s, algbw,
                   algbw * schedule.collective.busbw_factor, bound.time_s,
-                  bound.ratio(sim.time_s))
+                  bound.ratio(sim.time_s), rs_ag_s=bound.rs_ag_s)
 
 
 def _mark_best(rows: list[Result]) -> list[Result]:

@@ -25,8 +25,9 @@ def run(args) -> int:
     bounds = [lower_bound(topo, kind, size, root=args.root) for size in _inputs.sizes(args.sizes)]
     if args.json:
         _output.print_json([{"size_bytes": b.size_bytes, "bound_s": b.time_s,
-                             "bandwidth_s": b.bandwidth_s, "latency_s": b.latency_s,
-                             "weaker_s": b.weaker_s, "method": b.method,
+                             "bandwidth_s": b.bandwidth_s, "cut_s": b.cut_s,
+                             "latency_s": b.latency_s, "method": b.method,
+                             **({"rs_ag_s": b.rs_ag_s} if b.rs_ag_s is not None else {}),
                              "algbw_GBps": b.algbw / GB_PER_S, "busbw_GBps": b.busbw / GB_PER_S}
                             for b in bounds])
         return 0
@@ -38,7 +39,9 @@ def run(args) -> int:
                         ["size", f"bound({unit})", f"bandwidth({unit})", f"latency({unit})",
                          "algbw(GB/s)", "busbw(GB/s)", "binding bound"], rows)
     if kind.value == "allreduce":
-        _output.console.print("allreduce: bound = RS + AG bound (what RS-then-AG can reach); "
-                              "the weaker true bound max(RS, AG) is in --json as weaker_s")
+        shown = ", ".join(f"{format_size(b.size_bytes)} {b.rs_ag_s * 1e6:.6g} us"
+                          for b in bounds if b.rs_ag_s is not None)
+        _output.console.print(f"allreduce: rs+ag (reduce-scatter bound + allgather bound, what "
+                              f"RS then AG reaches at best; not a bound): {shown}")
     return 0
 

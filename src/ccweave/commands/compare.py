@@ -41,13 +41,17 @@ def run(args) -> int:
         return 0
     rows = sorted(result.results, key=lambda r: (r.size_bytes, r.time_s))
     unit, scale = _output.time_unit([r.time_s for r in rows] + [r.bound_s for r in rows])
+    rs_ag = all(r.rs_ag_s for r in rows)  # allreduce: the RS + AG reference beside the bound
     _output.print_table(
         f"{kind.value} on {topo.name} (simulated; best per size in bold; bound: "
-        f"{result.bounds[-1].method} at {format_size(result.bounds[-1].size_bytes)})",
+        f"{result.bounds[-1].method} at {format_size(result.bounds[-1].size_bytes)}"
+        + ("; rs+ag: reduce-scatter + allgather bounds, not a bound" if rs_ag else "") + ")",
         ["strategy", "size", f"time({unit})", "algbw(GB/s)", "busbw(GB/s)", f"bound({unit})",
-         "time/bound"],
+         "time/bound"] + ([f"rs+ag({unit})", "time/(rs+ag)"] if rs_ag else []),
         [(r.schedule, format_size(r.size_bytes), r.time_s / scale, r.algbw_GBps, r.busbw_GBps,
-          r.bound_s / scale, r.ratio_to_bound) for r in rows],
+          r.bound_s / scale, r.ratio_to_bound)
+         + ((r.rs_ag_s / scale, r.time_s / r.rs_ag_s) if rs_ag and r.rs_ag_s else ())
+         for r in rows],
         highlight=[r.best for r in rows])
     for skipped in result.skipped:
         _output.console.print(f"[dim]{_output.plain(skipped.strategy)}: not applicable: "

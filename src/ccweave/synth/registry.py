@@ -30,6 +30,7 @@ STRATEGY_MODULES = (
     "ccweave.multipath.p2p",
     "ccweave.synth.taccl",
     "ccweave.synth.flow",
+    "ccweave.synth.forest",
 )
 
 

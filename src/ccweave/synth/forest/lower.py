@@ -1,0 +1,165 @@
+"""Trees to a Schedule: each tree carries a run of its root's chunks, pipelined down it.
+
+A tree of ``u`` units gets its share of the root's chunks (largest remainders) and sends
+them as ``u`` lanes side by side, one contiguous run of chunks each, so links shared
+fairly between lanes give every tree the rate its units ask for. Every arc sends a
+lane's chunks one after another (a connection is FIFO, as NCCL's and MSCCL's are), so
+chunk ``j`` goes down the next level while chunk ``j + 1`` crosses this one. Reductions
+run the same trees backwards: each rank adds what its children send into its
+accumulator and sends the sum up. Routes are pinned to the fabric each arc was split
+from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from ccweave.collectives import Buffer, Collective, Kind
+from ccweave.schedule import Schedule, ScheduleBuilder
+from ccweave.topology.model import Topology
+
+IN, OUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
+
+IN_FLIGHT = 1
+"""Serial sends from one port keep this many copies in flight (one's latency passes
+while the other streams)."""
+
+THREADBLOCKS = 128
+"""Threadblocks a GPU may give MSCCL and still wait on any of them (a step's ``depid`` is 8
+bits, 0..127); lanes go on channels, up to two threadblocks per peer on each."""
+CHANNELS = 32
+"""NCCL's MAXCHANNELS."""
+
+Edge = tuple[int, int, tuple[str, ...]]
+"""(parent rank, child rank, fabric names the route passes)."""
+
+Tree = tuple[int, int, Sequence[Edge], int]
+"""(root, chunks, edges parents first, lanes)."""
+
+
+def shares(total: int, weights: Sequence[int]) -> list[int]:
+    """``total`` split in proportion to ``weights`` (largest remainders)."""
+    weights_arr = np.asarray(weights, dtype=float)
+    exact = total * weights_arr / weights_arr.sum()
+    counts = np.floor(exact).astype(int)
+    for i in np.argsort(-(exact - counts), kind="stable")[:total - int(counts.sum())]:
+        counts[i] += 1
+    return counts.tolist()
+
+
+def lower(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
+          trees: Iterable[Tree], serial: int = 0) -> ScheduleBuilder:
+    """Allgather or broadcast along ``trees``, each taking the next ``chunks`` of its
+    root's chunks in turn: root ``r``'s output slots ``r * c ...`` (allgather) or the
+    buffer's ``N * c`` chunks, all the root's (broadcast). The first ``serial`` edges of
+    every tree send each block one after another, :data:`IN_FLIGHT` at a time (one port:
+    each receiver gets its copy fast and passes it on while the next ones are sent).
+    Returns the builder."""
+    n = topology.num_ranks
+    coll = Collective(kind, n, chunks_per_rank, root)
+    b = ScheduleBuilder(coll)
+    c = chunks_per_rank
+    if kind is Kind.ALLGATHER:
+        for rank in range(n):
+            b.copy(rank, rank, (IN, 0), (OUT, rank * c), c)
+    else:
+        b.copy(root, root, (IN, 0), (OUT, 0), coll.total_chunks)
+    taken: dict[int, int] = {}
+    channels = channel_count(topology.num_ranks)
+    lane = 0
+    for tree_root, count, edges, lanes in trees:
+        first = taken.get(tree_root, 0)
+        taken[tree_root] = first + count
+        slot = (tree_root * c if kind is Kind.ALLGATHER else 0) + first
+        start = 0
+        for run in shares(count, [1] * max(1, min(lanes, count))):
+            channel = lane % channels
+            lane += 1
+            history: dict[int, int] = {}
+            for _ in range(run):
+                sent: list[int] = []
+                for e, (parent, child, via) in enumerate(edges):
+                    src = (IN, first + start) if parent == tree_root else (OUT, slot + start)
+                    after = [history[e]] if e in history else []
+                    if e < serial and len(sent) >= IN_FLIGHT:
+                        after.append(sent[-IN_FLIGHT])
+                    history[e] = b.add(parent, child, *src, OUT, slot + start, 1,
+                                       channel=channel, after=after, via=via)
+                    sent.append(history[e])
+                start += 1
+    return b
+
+
+def channel_count(num_ranks: int) -> int:
+    """Channels the lanes are dealt over: as many as MSCCL runs with a threadblock per
+    peer on each (a connection is FIFO per channel, so lanes on their own channels keep
+    their own order when exported)."""
+    return max(1, min(CHANNELS, THREADBLOCKS // (2 * num_ranks)))
+
+
+def build(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
+          trees: Iterable[Tree], name: str, serial: int = 0,
+          **metadata: object) -> Schedule:
+    """:func:`lower` or :func:`lower_reduction` (for reduce-scatter and reduce: ``trees``
+    are out-trees of the reversed topology), then the schedule."""
+    make = lower_reduction if kind in (Kind.REDUCESCATTER, Kind.REDUCE) else lower
+    return make(kind, topology, chunks_per_rank, root, trees, serial).build(
+        name, topology=topology.name, **metadata)
+
+
+def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
+                    trees: Iterable[Tree], serial: int = 0) -> ScheduleBuilder:
+    """Reduce-scatter or reduce along ``trees`` taken backwards: a tree of the reversed
+    topology from ``r`` collects segment ``r`` (reduce: the root's whole buffer). Each
+    rank adds its children's partial sums into its accumulator (the output slot at the
+    root, a scratch slot at an inner rank, its own input at a leaf) and sends the sum to
+    its parent, which receives each child into a scratch slot of its own (children arrive
+    side by side) and adds it locally; lanes and the FIFO per arc are as in
+    :func:`lower`. A lane seeds its accumulators one chunk after another (all at once,
+    the local copies would share the rank's memory and the first sum would wait for the
+    last copy). (``serial`` is for sends; it does not apply.)"""
+    del serial
+    coll = Collective(kind, topology.num_ranks, chunks_per_rank, root)
+    b = ScheduleBuilder(coll)
+    c = chunks_per_rank
+    scratch: dict[int, int] = {}
+    taken: dict[int, int] = {}
+    channels = channel_count(topology.num_ranks)
+    lane = 0
+    for tree_root, count, edges, lanes in trees:
+        first = taken.get(tree_root, 0)
+        taken[tree_root] = first + count
+        base = tree_root * c if kind is Kind.REDUCESCATTER else 0
+        inner = sorted({parent for parent, _, _ in edges} - {tree_root})
+        start = 0
+        for run in shares(count, [1] * max(1, min(lanes, count))):
+            channel = lane % channels
+            lane += 1
+            last: dict[int, int] = {}
+            seeded: dict[int, int] = {}
+            for j in range(first + start, first + start + run):
+                chunk = base + j
+                acc: dict[int, tuple[Buffer, int]] = {
+                    tree_root: (OUT, j if kind is Kind.REDUCESCATTER else chunk)}
+                for rank in inner:
+                    acc[rank] = (SCRATCH, scratch.get(rank, 0))
+                    scratch[rank] = acc[rank][1] + 1
+                for rank in (tree_root, *inner):  # one chunk after another, as needed
+                    before = seeded.get(rank)
+                    seeded[rank] = b.copy(rank, rank, (IN, chunk), acc[rank], channel=channel,
+                                          after=() if before is None else (before,))
+                for e in reversed(range(len(edges))):
+                    parent, child, via = edges[e]
+                    slot = scratch.get(parent, 0)
+                    scratch[parent] = slot + 1
+                    last[e] = b.add(child, parent, *acc.get(child, (IN, chunk)), SCRATCH, slot,
+                                    channel=channel, after=() if e not in last else (last[e],),
+                                    via=tuple(reversed(via)))
+                    b.reduce(parent, parent, (SCRATCH, slot), acc[parent], channel=channel)
+            start += run
+    return b
+
+
+__all__ = ["Edge", "Tree", "build", "lower", "lower_reduction", "shares"]

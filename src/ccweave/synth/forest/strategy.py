@@ -1,0 +1,224 @@
+"""The ``trees`` strategy: ForestColl's forests lowered to schedules, per collective.
+
+The forest (rate, switch removal, packing) is computed once per topology; the size only
+picks the pipeline: how many chunks each lane carries. Deeper pipelines shorten the fill
+and drain of the trees (about ``(depth - 1) / chunks`` of the time) but pay a latency per
+chunk on every hop, so at 64 KB a lane moves one chunk and at 1 GB dozens to hundreds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ccweave.collectives import Kind
+from ccweave.schedule import Schedule
+from ccweave.synth.forest.forest import (
+    Forest,
+    allgather_forest,
+    broadcast_forest,
+    reversed_topology,
+)
+from ccweave.synth.forest.lower import IN_FLIGHT, build, shares
+from ccweave.synth.layout import chunks_for, reject_options, require_kind, schedule_name
+from ccweave.synth.registry import register
+from ccweave.topology.model import Topology
+from ccweave.transforms import concat
+from ccweave.units import parse_size
+
+KINDS = frozenset({Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE, Kind.BROADCAST,
+                   Kind.REDUCE})
+MAX_TRANSFERS = 120_000
+"""The pipeline never makes a schedule of more transfers than this (or one chunk per
+unit, if that is more): simulating and verifying it stays a matter of seconds."""
+TRANSFERS_PER_MOVE = {Kind.ALLGATHER: 1.0, Kind.BROADCAST: 1.0, Kind.REDUCESCATTER: 2.5,
+                      Kind.REDUCE: 2.5, Kind.ALLREDUCE: 3.5}
+"""Transfers per chunk moved over an arc: a reduction adds a local copy and a local
+reduce; allreduce is both phases."""
+DRAIN = 0.15
+"""Share of a lane chunk's time each level of a tree adds at the end (fitted in
+simulation: the fill and drain cost about ``DRAIN * (depth - 1) / blocks``)."""
+SERIAL_RATIO = 4.0
+"""A root sends its rail copies one after another when each streams at least this many
+latencies (else all at once: at small sizes the latencies would add up)."""
+DIRECT_BUDGET = 4
+"""Topologies without fabric get this many times the transfer budget."""
+EXACT_LOADS = 200_000
+"""Forests of more arcs than this take their rate as the link time of every pipeline."""
+
+
+@register("trees", KINDS,
+          "ForestColl's optimal spanning-tree packing: out-trees from every root reach the "
+          "cut bound, chunks pipelined down them (RS: reversed trees; allreduce: RS+AG)",
+          classic=False, sized=True)
+def build_trees(topology: Topology, kind: Kind, *, root: int = 0, chunks: int | None = None,
+                **options: object) -> Schedule:
+    """Tree-packing schedule of ``kind`` (allgather, reducescatter, allreduce, broadcast,
+    reduce) on any connected topology.
+
+    Option ``size`` (bytes, or a string like ``64MB``) picks the pipeline depth when
+    ``chunks`` (per rank) is not given; with neither, every unit of a tree is one chunk,
+    the compact form a runtime that loops over the buffer (MSCCL) pipelines itself.
+    Reduce-scatter and reduce run the allgather and broadcast trees of the reversed
+    topology backwards; allreduce is that reduce-scatter followed by the allgather.
+    """
+    kind = Kind.parse(kind)
+    require_kind(kind, KINDS, "trees")
+    reject_options(options, "trees", ["size"])
+    size = _size(options["size"]) if "size" in options else None
+    if kind is Kind.ALLREDUCE:
+        rs = _allgather(topology, chunks, size, Kind.REDUCESCATTER, Kind.ALLREDUCE)
+        ag = _allgather(topology, rs.collective.chunks_per_rank, size, Kind.ALLGATHER)
+        return concat(rs, ag).with_name(
+            schedule_name("trees", chunks=rs.collective.chunks_per_rank))
+    if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
+        return _allgather(topology, chunks, size, kind)
+    return _broadcast(topology, root, chunks, size, kind)
+
+
+def _size(value: object) -> int:
+    from ccweave.errors import InputError
+
+    size = parse_size(value) if isinstance(value, str) else value
+    if isinstance(size, bool) or not isinstance(size, (int, float)) or not size > 0:
+        raise InputError(f"trees: option size must be a positive number of bytes (or like "
+                         f"64MB), got {value!r}")
+    return int(size)
+
+
+def _allgather(topology: Topology, chunks: int | None, size: int | None, kind: Kind,
+               budget_for: Kind | None = None) -> Schedule:
+    """Allgather on the topology's forest, or reduce-scatter on the reversed topology's
+    forest taken backwards."""
+    packed_on = topology if kind is Kind.ALLGATHER else reversed_topology(topology)
+    forest = allgather_forest(packed_on)
+    n = topology.num_ranks
+    if chunks is None and size is None:
+        chunks = max(forest.units)
+    c = chunks if chunks is not None else \
+        _pipeline(forest, packed_on, size, n, TRANSFERS_PER_MOVE[budget_for or kind],
+                  kind is Kind.REDUCESCATTER)
+    c = chunks_for(c)
+    trees = []
+    for root in range(n):
+        mine = forest.of_root(root)
+        for count, (units, edges) in zip(shares(c, [u for u, _ in mine]), mine):
+            if count:
+                trees.append((root, count, edges, min(units, count)))
+    # the rails go one copy at a time only where a copy streams longer than it waits
+    alpha = max((link.alpha for link in topology.links), default=0.0)
+    serial = forest.serial
+    if size is not None:
+        copy = size * forest.seconds_per_byte / max(1.0, c / max(forest.units)) / \
+            max(1, forest.serial)
+        serial = forest.serial if copy > SERIAL_RATIO * alpha else 0
+    return build(kind, topology, c, 0, trees, schedule_name("trees", chunks=c), serial,
+                 **_facts(forest))
+
+
+def _broadcast(topology: Topology, root: int, chunks: int | None, size: int | None,
+               kind: Kind) -> Schedule:
+    """Broadcast on the topology's forest from ``root``, or reduce on the reversed
+    topology's forest taken backwards."""
+    packed_on = topology if kind is Kind.BROADCAST else reversed_topology(topology)
+    forest = broadcast_forest(packed_on, root)
+    n = topology.num_ranks
+    if chunks is not None:
+        total = chunks * n
+    elif size is None:
+        total = forest.units[root]
+    else:
+        total = _pipeline(forest, packed_on, size, 1, TRANSFERS_PER_MOVE[kind],
+                          kind is Kind.REDUCE)
+    c = chunks_for(chunks, math.ceil(total / n))
+    mine = forest.of_root(root)
+    trees = [(root, count, edges, min(units, count)) for count, (units, edges)
+             in zip(shares(n * c, [u for u, _ in mine]), mine) if count]
+    return build(kind, topology, c, root, trees, schedule_name("trees", chunks=c),
+                 **_facts(forest))
+
+
+def _facts(forest: Forest) -> dict[str, object]:
+    return {"tree_count": len(forest.trees), "depth": forest.depth, "forest": forest.method,
+            "rate_over_bound": forest.seconds_per_byte / forest.optimal_seconds_per_byte}
+
+
+def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
+              per_move: float = 1.0, reduction: bool = False) -> int:
+    """Chunks per root minimizing the estimate ``link time + drain + latency``: the busiest
+    link's time with the chunks as shared out (fewer chunks than units unbalance the
+    trees); the drain, ``DRAIN * relays / p`` of it for ``p`` chunks per lane, ``relays``
+    the most copies a chunk waits for on its way down (the children of every rank it
+    passes before the last, :func:`relays`); and a latency per chunk of a lane and per
+    level. A reduction adds the local sums its root makes after the last chunk arrives,
+    one per child. Forests without fabric routes get a larger transfer budget (their
+    simulation shares no link between routes)."""
+    n = topology.num_ranks
+    k = max(forest.units)
+    if len(forest.trees) * n > EXACT_LOADS:  # too many arcs to weigh: take the rate
+        def loads(c: int) -> float:
+            return forest.seconds_per_byte * (1 if c >= k else k / c)
+    else:
+        loads = _link_loads(forest, topology)
+    alpha = max((link.alpha for link in topology.links), default=0.0)
+    depth = max(forest.depth, 1)
+    waits = relays(forest)
+    fanin = max((sum(1 for parent, _, _ in edges if parent == root)
+                 for root, _, edges in forest.trees[:4096]), default=0) if reduction else 0
+    direct = not topology.fabric
+    budget = max(k, int(MAX_TRANSFERS * (DIRECT_BUDGET if direct else 1) / per_move)
+                 // max(1, roots * (n - 1)))
+    candidates = sorted({*(2**i for i in range(16)), *(k * 2**i for i in range(16))})
+    candidates = [c for c in candidates if c <= budget] or [1]
+
+    def estimate(c: int) -> float:
+        p = max(1.0, c / k)
+        bandwidth = size * loads(c)
+        serial = p * alpha * forest.serial / IN_FLIGHT  # the rails' latencies in turn
+        local = fanin * size / (roots * c) / topology.local_bandwidth  # last sums at a root
+        return (bandwidth * (1 + DRAIN * waits / p) + (p + depth) * alpha + serial
+                + local)
+
+    return min(candidates, key=estimate)
+
+
+def relays(forest: Forest) -> int:
+    """The most a chunk waits on its way down a tree, in copies: over root-to-leaf paths,
+    the children of every rank on the path but the root (a rank sends a chunk to each of
+    its children before the last one has it). 0 for stars. Symmetric forests of many
+    trees are weighed by their first root's trees."""
+    trees = forest.trees if len(forest.trees) <= 4096 else \
+        [forest.trees[i] for i in forest.by_root.get(forest.trees[0][0], [0])]
+    worst = 0
+    for root, _, edges in trees:
+        fanout: dict[int, int] = {}
+        for parent, _, _ in edges:
+            fanout[parent] = fanout.get(parent, 0) + 1
+        waited = {root: 0}
+        for parent, child, _ in edges:
+            waited[child] = waited[parent] + (fanout[parent] if parent != root else 0)
+        worst = max(worst, max(waited.values()))
+    return worst
+
+
+def _link_loads(forest: Forest, topology: Topology):
+    """``loads(c)``: seconds per byte of the size on the busiest link when every root's
+    ``c`` chunks (a chunk is ``1 / (roots * c)`` of the size) are shared out over its
+    trees."""
+    roots = sorted({root for root, _, _ in forest.trees})
+    weights = {root: [u for u, _ in forest.of_root(root)] for root in roots}
+    rows = []
+    for root in roots:
+        for _, edges in forest.of_root(root):
+            row = np.zeros(len(topology.links))
+            for parent, child, via in edges:
+                row[list(topology.route_via(parent, child, via))] += 1
+            rows.append(row / topology.bandwidths)
+    matrix = np.array(rows)
+
+    def loads(c: int) -> float:
+        counts = np.concatenate([shares(c, weights[root]) for root in roots])
+        return float((counts @ matrix).max()) / (c * len(roots))
+
+    return loads

@@ -1,0 +1,254 @@
+"""The ``trees`` strategy (ForestColl): every schedule proven, the forests reach the bound's
+rate link by link, switch removal keeps the packing condition exactly, and multi-box
+machines are synthesized from one box."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ccweave.bounds import allgather_cut, broadcast_flow, lower_bound
+from ccweave.collectives import Kind
+from ccweave.errors import InputError, NotApplicableError
+from ccweave.simulate import simulate
+from ccweave.synth import synthesize
+from ccweave.synth.forest import allgather_forest, broadcast_forest
+from ccweave.synth.forest.boxes import detect, fitting_time
+from ccweave.synth.forest.network import Network, fold_chains, from_topology
+from ccweave.synth.forest.rate import feasible
+from ccweave.synth.forest.split import split_fabric, splittable
+from ccweave.topology import zoo
+from ccweave.topology.model import Link, Topology
+from ccweave.verify import verify
+from tests.strategies import slow_port_switches, topologies
+
+GB = 1e9
+KINDS = (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE)
+SETTINGS = settings(max_examples=30, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def line(n: int, gbps: float = 25.0) -> Topology:
+    links = [lk for r in range(n - 1)
+             for lk in (Link(r, r + 1, gbps * GB, 1e-6), Link(r + 1, r, gbps * GB, 1e-6))]
+    return Topology(f"line{n}", n, tuple(links))
+
+
+def link_loads_fit(topology: Topology, forest) -> bool:
+    """Every link carries at most bandwidth x time, the time the forest claims."""
+    load = np.zeros(len(topology.links))
+    roots = {root for root, _, _ in forest.trees}
+    per_unit = 1.0 / sum(forest.units)  # a unit's share of the size buffer
+    for _, units, edges in forest.trees:
+        for parent, child, via in edges:
+            load[list(topology.route_via(parent, child, via))] += units * per_unit
+    del roots
+    return bool((load <= topology.bandwidths * forest.seconds_per_byte * (1 + 1e-9)).all())
+
+
+def eulerian(topology: Topology) -> bool:
+    """Every fabric node takes in as much as it can hand out."""
+    return all(topology.in_bandwidth(f) == topology.out_bandwidth(f) for f in topology.fabric)
+
+
+def spans(topology: Topology, forest) -> bool:
+    for root, _, edges in forest.trees:
+        reached = {root}
+        for parent, child, _ in edges:
+            if parent not in reached or child in reached:
+                return False
+            reached.add(child)
+        if reached != set(topology.ranks):
+            return False
+    return True
+
+
+# ----------------------------------------------------------------- schedules proven
+
+
+@pytest.mark.parametrize("machine", ["mist", "cedar", "dgx1", "dgx-a100", "switch:5",
+                                     "ring:5", "mesh:2x3", "hypercube:3", "ndv2:2",
+                                     "dgx-a100:2"])
+def test_every_collective_verifies(machine):
+    topology = zoo.get(machine)
+    for kind in KINDS:
+        for size in (2**16, 2**30):
+            verify(synthesize(topology, kind, "trees", root=topology.num_ranks - 1,
+                              size=size), topology)
+
+
+def test_a_line_of_five_gets_every_collective_the_classics_refuse():
+    topology = line(5)
+    for kind in KINDS:
+        schedule = synthesize(topology, kind, "trees", root=2, size=2**30)
+        verify(schedule, topology)
+        ratio = simulate(schedule, topology, 2**30).time_s / \
+            lower_bound(topology, kind, 2**30, root=2).time_s
+        reference = 2.0 if kind is Kind.ALLREDUCE else 1.0  # RS + AG is twice either
+        assert 1.0 <= ratio <= 1.1 * reference, (kind, ratio)
+    with pytest.raises(NotApplicableError):
+        synthesize(topology, Kind.BROADCAST, "double-binary-tree")
+
+
+@SETTINGS
+@given(topology=st.one_of(topologies(max_ranks=6, max_extra_links=6),
+                          slow_port_switches(max_ranks=5)),
+       kind=st.sampled_from(KINDS), data=st.data())
+def test_random_topologies_verify(topology, kind, data):
+    root = data.draw(st.integers(0, topology.num_ranks - 1))
+    size = data.draw(st.sampled_from([2**12, 2**24, 2**30]))
+    schedule = synthesize(topology, kind, "trees", root=root, size=size)
+    verify(schedule, topology)
+
+
+def test_options_are_checked():
+    topology = zoo.get("switch:4")
+    with pytest.raises(InputError, match="size"):
+        synthesize(topology, "allgather", "trees", size=-3)
+    with pytest.raises(InputError, match="no option 'depth'"):
+        synthesize(topology, "allgather", "trees", depth=3)
+    with pytest.raises(NotApplicableError, match="does not build alltoall"):
+        synthesize(topology, "alltoall", "trees")
+    assert synthesize(topology, "allgather", "trees", size="64KB").collective.chunks_per_rank \
+        <= synthesize(topology, "allgather", "trees", size="1GB").collective.chunks_per_rank
+    # without a size: one chunk per unit, the compact form MSCCL loops over
+    forest_units = max(allgather_forest(topology).units)
+    assert synthesize(topology, "allgather", "trees").collective.chunks_per_rank == forest_units
+
+
+# --------------------------------------------------------------- the forests' rate
+
+
+@SETTINGS
+@given(topology=st.one_of(topologies(max_ranks=7, max_extra_links=8),
+                          slow_port_switches(max_ranks=6)))
+def test_allgather_forest_reaches_the_cut_bound_link_by_link(topology):
+    forest = allgather_forest(topology)
+    assert spans(topology, forest)
+    assert forest.optimal_seconds_per_byte == pytest.approx(allgather_cut(topology)[0])
+    if eulerian(topology):
+        assert forest.seconds_per_byte <= forest.optimal_seconds_per_byte * 1.01
+    assert link_loads_fit(topology, forest)
+    assert all(sum(u for u, _ in forest.of_root(r)) == forest.units[r]
+               for r in topology.ranks)
+
+
+@SETTINGS
+@given(topology=st.one_of(topologies(max_ranks=7, max_extra_links=8),
+                          slow_port_switches(max_ranks=6)), data=st.data())
+def test_broadcast_forest_reaches_the_max_flow_bound(topology, data):
+    root = data.draw(st.integers(0, topology.num_ranks - 1))
+    forest = broadcast_forest(topology, root)
+    assert spans(topology, forest)
+    assert {r for r, _, _ in forest.trees} == {root}
+    assert forest.optimal_seconds_per_byte == pytest.approx(broadcast_flow(topology, root)[0])
+    if eulerian(topology):  # else a switch taking in less than it hands out cannot copy
+        assert forest.seconds_per_byte <= forest.optimal_seconds_per_byte * 1.01
+    assert link_loads_fit(topology, forest)
+
+
+@pytest.mark.parametrize("machine", ["dgx1", "dgx2", "cedar", "mist", "torus:4x4",
+                                     "ndv2:4", "dgx-a100:4", "dgx2:2"])
+def test_zoo_forests_are_within_a_hair_of_the_bound(machine):
+    topology = zoo.get(machine)
+    forest = allgather_forest(topology)
+    assert forest.seconds_per_byte <= forest.optimal_seconds_per_byte * 1.003
+    assert link_loads_fit(topology, forest)
+
+
+# ---------------------------------------------------------------- switch removal
+
+
+def brute_slack(net: Network, demand: np.ndarray, u: int, w: int, t: int) -> int:
+    """min over sets X holding a rank whose in-capacity splitting (u,w),(w,t) lowers, of
+    in-capacity minus the units of the roots outside X (every vertex set enumerated)."""
+    v = net.num_vertices
+    best = None
+    for mask in itertools.product([False, True], repeat=v):
+        inside = {x for x in range(v) if mask[x]}
+        if not inside & set(range(net.num_ranks)):
+            continue
+        lowered = ({u, t} <= inside and w not in inside) or \
+            (w in inside and not inside & {u, t})
+        if not lowered:
+            continue
+        into = sum(c for (a, b, _), c in net.capacity.items() if b in inside and a not in inside)
+        need = sum(int(demand[r]) for r in range(net.num_ranks) if r not in inside)
+        best = into - need if best is None else min(best, into - need)
+    return 10**9 if best is None else best
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(topology=slow_port_switches(max_ranks=5), data=st.data())
+def test_splittable_amount_is_the_exact_slack(topology, data):
+    n = topology.num_ranks
+    demand = np.full(n, data.draw(st.integers(1, 3)), dtype=np.int64)
+    optimal = allgather_cut(topology)[0] * 1.3
+    net = from_topology(topology, optimal * demand.sum())
+    fold_chains(net)
+    if not feasible(net, demand):
+        return
+    w = n  # the switch
+    arcs = sorted(net.capacity)
+    into = [a for a in arcs if a[1] == w]
+    out = [a for a in arcs if a[0] == w]
+    if not into or not out:  # two ranks: the switch folded into a link
+        return
+    first, second = data.draw(st.sampled_from(into)), data.draw(st.sampled_from(out))
+    if first[0] == second[1]:
+        return
+    limit = min(net.capacity[first], net.capacity[second])
+    expected = max(0, min(limit, brute_slack(net, demand, first[0], w, second[1])))
+    assert splittable(net, first[0], w, second[1], demand, limit) == expected
+
+
+@SETTINGS
+@given(topology=st.one_of(topologies(max_ranks=7), slow_port_switches(max_ranks=6)))
+def test_switch_removal_keeps_the_packing_condition(topology):
+    n = topology.num_ranks
+    demand = np.full(n, 2, dtype=np.int64)
+    net = from_topology(topology, allgather_cut(topology)[0] * 1.05 * demand.sum())
+    fold_chains(net)
+    if not feasible(net, demand):
+        return
+    split_fabric(net, demand)
+    assert all(a < n and b < n for a, b, _ in net.capacity)
+    if eulerian(topology):  # Bang-Jensen, Frank and Jackson: nothing is lost
+        assert feasible(net, demand)
+    for (a, b, via), _ in net.capacity.items():
+        topology.route_via(a, b, tuple(str(net.nodes[f]) for f in via))  # real routes
+
+
+# ------------------------------------------------------------------ boxes
+
+
+@pytest.mark.parametrize("machine", ["ndv2:3", "dgx-a100:4", "dgx2:2", "mist:2", "cedar:3",
+                                     "dgx1:2", "dgx-h100:2"])
+def test_multi_node_machines_are_boxes_on_a_switch(machine):
+    topology = zoo.get(machine)
+    boxes = detect(topology)
+    assert boxes is not None and boxes.shared == "net"
+    assert boxes.count == int(machine.split(":")[1])
+    assert boxes.box.num_ranks * boxes.count == topology.num_ranks
+    # rails and box trees together reach the allgather bound on every zoo cluster
+    assert fitting_time(topology, boxes) <= allgather_cut(topology)[0] * 1.004
+
+
+def test_single_boxes_and_shapes_are_not_boxes():
+    for machine in ("dgx1", "torus:3x3", "switch:4"):
+        assert detect(zoo.get(machine)) is None
+
+
+def test_lifted_forest_spans_and_fits():
+    topology = zoo.get("dgx-a100:8")
+    forest = allgather_forest(topology)
+    assert forest.method.startswith("8 boxes")
+    assert len(forest.trees) == topology.num_ranks  # one star per root: k = 1
+    assert spans(topology, forest)
+    assert link_loads_fit(topology, forest)
+    assert forest.seconds_per_byte == pytest.approx(forest.optimal_seconds_per_byte)
+    assert forest.depth == 2
