@@ -141,7 +141,8 @@ def _broadcast(topology: Topology, root: int, chunks: int | None, size: int | No
 
 def _facts(forest: Forest) -> dict[str, object]:
     return {"tree_count": len(forest.trees), "depth": forest.depth, "forest": forest.method,
-            "rate_over_bound": forest.seconds_per_byte / forest.optimal_seconds_per_byte}
+            "rate_over_bound": (forest.seconds_per_byte / forest.optimal_seconds_per_byte
+                                if forest.optimal_seconds_per_byte else 1.0)}
 
 
 def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
