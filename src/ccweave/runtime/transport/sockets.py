@@ -120,17 +120,21 @@ class SocketTransport(Layered):
         self.selector.register(self.listener, selectors.EVENT_READ, None)
         port = self.listener.getsockname()[1]
         self.addresses: list[tuple[str, int]] = [tuple(a) for a in gather((address, port))]
-        self.lanes: dict[tuple[int, int, Route], _Lane] = {}
+        self.lanes: dict[tuple[int, int, Route, bool | None], _Lane] = {}
+        """(peer, channel, route, way) -> lane. The usual path is one connection both ways
+        (``way`` None); a pinned route is one connection per direction (the route back
+        may differ), ``way`` True for the one this rank sends on."""
         self._greeting: dict[socket.socket, bytearray] = {}
 
     # ---------------------------------------------------------- connections
 
     def _lane(self, peer: int, channel: int, route: Route = None, sending: bool = True
               ) -> _Lane:
-        key = (peer, channel % MAX_CHANNELS, tuple(route) if route is not None else None)
+        route = tuple(route) if route is not None else None
+        key = (peer, channel % MAX_CHANNELS, route, None if route is None else sending)
         lane = self.lanes.get(key)
         if lane is None:
-            lane = self.lanes[key] = _Lane(*key)
+            lane = self.lanes[key] = _Lane(*key[:3])
             # the lower rank connects on the usual path; a pinned route's sender does
             if (self.rank < peer) if route is None else sending:
                 self._connect(lane)
@@ -195,10 +199,10 @@ class SocketTransport(Layered):
             route = ()
         del self._greeting[sock]
         self.selector.unregister(sock)
-        key = (rank, channel, route)
+        key = (rank, channel, route, None if route is None else False)
         lane = self.lanes.get(key)
         if lane is None:
-            lane = self.lanes[key] = _Lane(*key)
+            lane = self.lanes[key] = _Lane(*key[:3])
         self._attach(lane, sock)
         self._pump(lane)
 
