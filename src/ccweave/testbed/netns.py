@@ -218,15 +218,16 @@ class Testbed:
 
     def _pin_lines(self, pinned) -> dict[str, list[str]]:
         """``ip`` lines per namespace: each route's two addresses, its hops and static
-        neighbours."""
+        neighbours. A route's addresses sit on the rank's loopback, not on a link's
+        device: Open MPI's ``btl_tcp_if_include`` names a device, and would offer every
+        address on it to its peers (which reach a pinned address only from its route's
+        other end)."""
         emu = self.emulation
         per_ns: dict[str, list[str]] = defaultdict(list)
         for route in pinned:
             ends = {route.src: route.src_address, route.dst: route.dst_address}
             for rank, address in ends.items():
-                device = next(h.device for h in (route.hops if rank == route.src
-                                                 else route.back) if h.node == rank)
-                per_ns[emu.namespace(rank)].append(f"addr add {address}/32 dev {device}")
+                per_ns[emu.namespace(rank)].append(f"addr add {address}/32 dev lo")
             for hop in (*route.hops, *route.back):
                 ns = emu.namespace(hop.node)
                 source = f" src {ends[hop.node]}" if hop.node in ends else ""
