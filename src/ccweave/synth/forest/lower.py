@@ -18,13 +18,18 @@ import numpy as np
 
 from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.schedule import Schedule, ScheduleBuilder
-from ccweave.topology.model import Topology
+from ccweave.topology.model import NodeKind, Topology
 
 IN, OUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
 
 IN_FLIGHT = 1
 """Serial sends from one port keep this many copies in flight (one's latency passes
 while the other streams)."""
+STAGED_IN_FLIGHT = 3
+"""Chunks of a lane in flight at once on an arc staged through host memory (a route
+through a CPU node): the copy in of one overlaps the copy out of the other, and the
+staging latency of each passes while the one before streams. Elsewhere one at a time,
+so each chunk crosses an arc at the lane's full rate and goes on down the tree."""
 
 THREADBLOCKS = 128
 """Threadblocks a GPU may give MSCCL and still wait on any of them (a step's ``depid`` is 8
@@ -73,23 +78,33 @@ def lower(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
         first = taken.get(tree_root, 0)
         taken[tree_root] = first + count
         slot = (tree_root * c if kind is Kind.ALLGATHER else 0) + first
+        depth = [in_flight(topology, via) for _, _, via in edges]
         start = 0
         for run in shares(count, [1] * max(1, min(lanes, count))):
             channel = lane % channels
             lane += 1
-            history: dict[int, int] = {}
+            history: list[list[int]] = [[] for _ in edges]
             for _ in range(run):
                 sent: list[int] = []
                 for e, (parent, child, via) in enumerate(edges):
                     src = (IN, first + start) if parent == tree_root else (OUT, slot + start)
-                    after = [history[e]] if e in history else []
+                    before = history[e]
+                    after = [before[-depth[e]]] if len(before) >= depth[e] else []
                     if e < serial and len(sent) >= IN_FLIGHT:
                         after.append(sent[-IN_FLIGHT])
-                    history[e] = b.add(parent, child, *src, OUT, slot + start, 1,
-                                       channel=channel, after=after, via=via)
-                    sent.append(history[e])
+                    before.append(b.add(parent, child, *src, OUT, slot + start, 1,
+                                        channel=channel, after=after, via=via))
+                    del before[:-depth[e]]
+                    sent.append(before[-1])
                 start += 1
     return b
+
+
+def in_flight(topology: Topology, via: tuple[str, ...]) -> int:
+    """Chunks of a lane an arc carries at once: :data:`STAGED_IN_FLIGHT` where its route
+    is staged through host memory, else 1."""
+    staged = any(topology.kind(node) is NodeKind.CPU for node in via)
+    return STAGED_IN_FLIGHT if staged else 1
 
 
 def channel_count(num_ranks: int) -> int:
@@ -133,11 +148,12 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
         taken[tree_root] = first + count
         base = tree_root * c if kind is Kind.REDUCESCATTER else 0
         inner = sorted({parent for parent, _, _ in edges} - {tree_root})
+        depth = [in_flight(topology, via) for _, _, via in edges]
         start = 0
         for run in shares(count, [1] * max(1, min(lanes, count))):
             channel = lane % channels
             lane += 1
-            last: dict[int, int] = {}
+            last: list[list[int]] = [[] for _ in edges]
             seeded: dict[int, int] = {}
             for j in range(first + start, first + start + run):
                 chunk = base + j
@@ -154,9 +170,12 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
                     parent, child, via = edges[e]
                     slot = scratch.get(parent, 0)
                     scratch[parent] = slot + 1
-                    last[e] = b.add(child, parent, *acc.get(child, (IN, chunk)), SCRATCH, slot,
-                                    channel=channel, after=() if e not in last else (last[e],),
-                                    via=tuple(reversed(via)))
+                    before = last[e]
+                    before.append(b.add(child, parent, *acc.get(child, (IN, chunk)), SCRATCH,
+                                        slot, channel=channel, via=tuple(reversed(via)),
+                                        after=() if len(before) < depth[e]
+                                        else (before[-depth[e]],)))
+                    del before[:-depth[e]]
                     b.reduce(parent, parent, (SCRATCH, slot), acc[parent], channel=channel)
             start += run
     return b

@@ -29,7 +29,7 @@ from ccweave.units import parse_size
 
 KINDS = frozenset({Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE, Kind.BROADCAST,
                    Kind.REDUCE})
-MAX_TRANSFERS = 120_000
+MAX_TRANSFERS = 250_000
 """The pipeline never makes a schedule of more transfers than this (or one chunk per
 unit, if that is more): simulating and verifying it stays a matter of seconds."""
 TRANSFERS_PER_MOVE = {Kind.ALLGATHER: 1.0, Kind.BROADCAST: 1.0, Kind.REDUCESCATTER: 2.5,
