@@ -11,7 +11,7 @@ import argparse
 import json
 import resource
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -25,6 +25,9 @@ from ccweave.runtime.reduce_ops import RedOp
 from ccweave.schedule import Schedule
 from ccweave.units import format_size
 from ccweave.verify import verify
+
+CASES_FORMAT = "ccweave.cases"
+"""The header of a cases file (JSON lines: the header, then a case per line)."""
 
 
 @dataclass(frozen=True)
@@ -73,22 +76,50 @@ def classic_schedules(topology, kinds: Sequence[Kind] | None = None,
 
 
 def save(cases: Sequence[Case], path: str | Path) -> None:
-    Path(path).write_text(json.dumps([
-        {"name": c.name, "sizes": list(c.sizes), "dtype": c.dtype, "op": c.op,
-         "modes": list(c.modes), "iters": c.iters, "warmup": c.warmup, "tags": c.tags,
-         "reps": c.reps,
-         "schedule": schedule_io.to_dict(c.schedule) if c.schedule is not None else None,
-         "native": _collective_dict(c.native) if c.native is not None else None}
-        for c in cases]))
+    """Write ``cases`` as JSON lines: a header with the number of measurements, then one
+    case per line, so each rank reads one case at a time (:func:`iter_cases`)."""
+    with open(path, "w") as out:
+        out.write(json.dumps({"format": CASES_FORMAT,
+                              "measurements": sum(len(c.sizes) for c in cases)}) + "\n")
+        for c in cases:
+            out.write(json.dumps({
+                "name": c.name, "sizes": list(c.sizes), "dtype": c.dtype, "op": c.op,
+                "modes": list(c.modes), "iters": c.iters, "warmup": c.warmup,
+                "tags": c.tags, "reps": c.reps,
+                "schedule": schedule_io.to_dict(c.schedule) if c.schedule is not None
+                else None,
+                "native": _collective_dict(c.native) if c.native is not None else None})
+                + "\n")
+
+
+def measurements(path: str | Path) -> int:
+    """How many (case, size) measurements the cases file holds (its header)."""
+    with open(path) as lines:
+        header = json.loads(lines.readline())
+    if not isinstance(header, dict) or header.get("format") != CASES_FORMAT:
+        raise InputError(f"{path}: not a cases file written by ccweave.runtime.batch.save")
+    return int(header["measurements"])
+
+
+def iter_cases(path: str | Path) -> Iterator[Case]:
+    """The cases of a file :func:`save` wrote, one at a time (a rank holds one schedule
+    at a time: a bench's whole matrix took 1.4 GB per rank read at once)."""
+    measurements(path)
+    with open(path) as lines:
+        lines.readline()
+        for line in lines:
+            item = json.loads(line)
+            yield Case(item["name"],
+                       schedule_io.from_dict(item["schedule"]) if item["schedule"] else None,
+                       tuple(item["sizes"]), item["dtype"], item["op"], tuple(item["modes"]),
+                       item["iters"], item["warmup"], item["tags"],
+                       Collective(**item["native"]) if item["native"] else None,
+                       item["reps"])
 
 
 def load(path: str | Path) -> list[Case]:
-    return [Case(item["name"],
-                 schedule_io.from_dict(item["schedule"]) if item["schedule"] else None,
-                 tuple(item["sizes"]), item["dtype"], item["op"], tuple(item["modes"]),
-                 item["iters"], item["warmup"], item["tags"],
-                 Collective(**item["native"]) if item["native"] else None, item["reps"])
-            for item in json.loads(Path(path).read_text())]
+    """Every case of a file :func:`save` wrote."""
+    return list(iter_cases(path))
 
 
 def _collective_dict(coll: Collective) -> dict[str, object]:
@@ -96,13 +127,17 @@ def _collective_dict(coll: Collective) -> dict[str, object]:
             "chunks_per_rank": coll.chunks_per_rank, "root": coll.root, "peer": coll.peer}
 
 
-def run_cases(cases: Sequence[Case], transport, timeout: float = 60.0,
-              progress: Callable[[str], None] | None = None) -> list[dict]:
+def run_cases(cases: Iterable[Case], transport, timeout: float = 60.0,
+              progress: Callable[[str], None] | None = None, total: int | None = None
+              ) -> list[dict]:
     """Every case at every size on this rank; the same list on every rank.
 
-    ``progress`` hears ``"i/total label"`` before each measurement (on rank 0 only)."""
+    ``progress`` hears ``"i/total label"`` before each measurement (on rank 0 only);
+    ``total`` is the number of measurements when ``cases`` is an iterator."""
     results = []
-    total = sum(len(case.sizes) for case in cases)
+    if total is None:
+        cases = list(cases)
+        total = sum(len(case.sizes) for case in cases)
     for case in cases:
         options = Options(parse_dtype(case.dtype), RedOp.parse(case.op), case.iters,
                           case.warmup, True, case.modes, timeout, reps=case.reps)
@@ -117,6 +152,7 @@ def run_cases(cases: Sequence[Case], transport, timeout: float = 60.0,
                 row = native_row(case.native, size, transport, options)
             results.append({"case": case.name, "tags": case.tags,
                             "type": type_name(options.dtype), **row})
+        del runner, case  # the next case's schedule replaces this one's
     return results
 
 
@@ -178,8 +214,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         die_with_parent()
         transport = connect(args.backend, job, args.timeout)
         try:
-            results = run_cases(load(args.cases), transport, args.timeout,
-                                progress=_print_progress if args.progress else None)
+            results = run_cases(iter_cases(args.cases), transport, args.timeout,
+                                progress=_print_progress if args.progress else None,
+                                total=measurements(args.cases))
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             peaks = transport.sum_values([rss if r == job.rank else 0.0
                                           for r in range(job.world_size)])
