@@ -169,13 +169,13 @@ class Executor:
         Reductions use ``op``; collectives that move data ignore it. Raises
         ``RuntimeFault`` when a peer fails or nothing finishes for ``timeout`` seconds.
         """
-        if self._writes_input and input is not None:
-            private = self._own_buffer(Buffer.INPUT, input.numel(), input)
-            private.copy_(input.reshape(-1))
-            input = private
-        views = self._bind(input, output)
-        combine = RedOp.parse(op).combiner()
         with intra_op_threads(self.threads):
+            if self._writes_input and input is not None:
+                private = self._own_buffer(Buffer.INPUT, input.numel(), input)
+                private.copy_(input.reshape(-1))
+                input = private
+            views = self._bind(input, output)
+            combine = RedOp.parse(op).combiner()
             if self.transport.stream_ordered:
                 self._run_ordered(views, combine)
             else:
