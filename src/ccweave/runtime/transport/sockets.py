@@ -45,6 +45,9 @@ ROUTES_ENV = "CCWEAVE_ROUTES"
 Route = tuple[str, ...] | None
 MAX_CHANNELS = 64
 """Connections per peer at most; higher channels share them (channel modulo this)."""
+LISTEN_BACKLOG = 4096
+"""Connections the kernel completes before the rank accepts them (capped by
+``net.core.somaxconn``)."""
 BUFFER_BYTES = 4 << 20
 """Socket send and receive buffers: a link's bandwidth-delay product stays far below."""
 
@@ -115,7 +118,10 @@ class SocketTransport(Layered):
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(("0.0.0.0" if self.routes else address, 0))
-        self.listener.listen(max(16, 4 * inner.world_size))
+        # every lane a peer dials may arrive while this rank is itself dialling (a
+        # blocking connect): the kernel must complete them all without an accept, or
+        # ranks wait on each other's full queues (trees on 8 ranks: hundreds of lanes)
+        self.listener.listen(LISTEN_BACKLOG)
         self.listener.setblocking(False)
         self.selector.register(self.listener, selectors.EVENT_READ, None)
         port = self.listener.getsockname()[1]
@@ -147,7 +153,15 @@ class SocketTransport(Layered):
             pinned = self.routes.get((self.rank, lane.peer, lane.route))
             if pinned is not None:
                 local, host = (pinned[0], 0), pinned[1]
-        sock = socket.create_connection((host, port), timeout=60.0, source_address=local)
+        try:
+            sock = socket.create_connection((host, port), timeout=60.0,
+                                            source_address=local)
+        except OSError as error:
+            on = f" on route {'/'.join(lane.route) or 'direct'}" if lane.route is not None \
+                else ""
+            lane.error = (f"cannot connect to rank {lane.peer} at {host}:{port}{on} from "
+                          f"{local[0] if local else 'this host'}: {error.strerror or error}")
+            return  # its messages fail with this reason
         name = "/".join(lane.route).encode() if lane.route is not None else b""
         sock.sendall(_HELLO.pack(self.rank, lane.channel, len(name) if lane.route is not None
                                  else -1) + name)
