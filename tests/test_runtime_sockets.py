@@ -183,3 +183,21 @@ def test_a_bad_routes_file_is_refused_naming_it(tmp_path):
     with pytest.raises(InputError, match=r"routes\.json"):
         read_routes(str(path))
     assert read_routes(None) == {}
+
+
+def test_a_route_that_cannot_be_dialled_is_named():
+    """A pinned route whose local address is not this host's fails its messages with a
+    line naming the peer, the address and the route, not a traceback from the dial."""
+    routes = {(0, 1, ("rail9",)): ("10.254.254.254", "127.0.0.1")}
+
+    def work(transport):
+        if transport.rank == 1:
+            return None
+        handle = transport.isend(torch.ones(8), 1, 5, route=("rail9",))
+        with pytest.raises(PeerFailure) as failed:
+            transport.wait_some([handle], 10.0)
+        return failed.value.detail
+
+    detail, _ = over_sockets(2, work, routes)
+    assert "cannot connect to rank 1" in detail and "route rail9" in detail
+    assert "10.254.254.254" in detail
