@@ -45,9 +45,10 @@ ROUTES_ENV = "CCWEAVE_ROUTES"
 Route = tuple[str, ...] | None
 MAX_CHANNELS = 64
 """Connections per peer at most; higher channels share them (channel modulo this)."""
-LISTEN_BACKLOG = 4096
-"""Connections the kernel completes before the rank accepts them (capped by
-``net.core.somaxconn``)."""
+LISTEN_BACKLOG = 256
+"""Connections the kernel completes before the rank accepts them. 32 made trees on the
+shared-NIC testbed time out dialling; 4096 hung 8 local gloo ranks running every classic
+strategy through shared memory (not understood yet: a race the slower accepts hid)."""
 BUFFER_BYTES = 4 << 20
 """Socket send and receive buffers: a link's bandwidth-delay product stays far below."""
 
