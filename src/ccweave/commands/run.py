@@ -177,24 +177,6 @@ def _agrees(args, plan: Plan):
     return topo
 
 
-def _agrees(args, plan: Plan):
-    """With ``--schedule``, the positional TOPOLOGY and COLLECTIVE are optional; given,
-    they must be what the schedule is for (the topology also checks its routes)."""
-    coll = plan.collective
-    if args.collective and _inputs.kind(args.collective) is not coll.kind:
-        raise InputError(f"{args.collective!r} disagrees with --schedule {args.schedule}, "
-                         f"which is {coll.describe()}; drop COLLECTIVE or give the matching "
-                         "schedule")
-    if not args.topology:
-        return None
-    topo = _inputs.topology(args.topology)
-    if topo.num_ranks != coll.num_ranks:
-        raise InputError(f"{args.topology} has {topo.num_ranks} ranks but --schedule "
-                         f"{args.schedule} is {coll.describe()}; drop TOPOLOGY or give the "
-                         "matching one")
-    return topo
-
-
 def _worker_argv(args, path: str, report: str) -> list[str]:
     argv = ["run", "--schedule", path, "--verified", "--report", report,
             "--backend", args.backend,
