@@ -135,6 +135,46 @@ def test_options_are_checked():
     assert synthesize(topology, "allgather", "trees").collective.chunks_per_rank == forest_units
 
 
+def _latency_free(n: int) -> Topology:
+    """A line of ``n`` ranks that states no latency: alpha 0, no cost model."""
+    links = tuple(Link(a, b, 12.5e6) for a in range(n - 1) for b in (a + 1,)) + \
+        tuple(Link(a + 1, a, 12.5e6) for a in range(n - 1))
+    return Topology("latency-free", n, links)
+
+
+@pytest.mark.parametrize("kind", [Kind.ALLGATHER, Kind.REDUCESCATTER])
+def test_a_topology_without_latency_gets_no_free_tiny_messages(kind):
+    """Alpha 0 and no cost model would make every extra chunk free: the pipeline keeps
+    messages of at least 64 KiB there (a 16 MB allgather was cut into 512-byte messages,
+    20x slower on sockets than a calibrated choice)."""
+    from ccweave.synth.forest.strategy import MIN_MESSAGE_BYTES
+
+    topology = _latency_free(8)
+    size = 16 << 20
+    schedule = synthesize(topology, kind, "trees", size=size)
+    verify(schedule, topology)
+    chunk_bytes = size / topology.num_ranks / schedule.collective.chunks_per_rank
+    assert MIN_MESSAGE_BYTES <= chunk_bytes < 2 * MIN_MESSAGE_BYTES  # deep, not tiny
+
+
+def test_a_per_message_overhead_buys_fewer_larger_messages():
+    """The pipeline weighs the cost model: the more each message costs a rank, the fewer
+    chunks, and what it picks simulates about as fast as the overhead-blind depth or faster."""
+    from ccweave.topology.cost import CostModel
+
+    size = 16 << 20
+    chunks = []
+    for overhead in (0.0, 0.2e-6, 50e-6):
+        topology = zoo.get("ring:8").with_cost(CostModel(message_overhead=overhead))
+        schedule = synthesize(topology, "allgather", "trees", size=size)
+        verify(schedule, topology)
+        chunks.append(schedule.collective.chunks_per_rank)
+        blind = synthesize(topology, "allgather", "trees", chunks=chunks[0])
+        assert simulate(schedule, topology, size).time_s <= \
+            simulate(blind, topology, size).time_s * 1.02
+    assert chunks[0] > chunks[1] > chunks[2]
+
+
 # --------------------------------------------------------------- the forests' rate
 
 

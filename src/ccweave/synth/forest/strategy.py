@@ -46,6 +46,11 @@ DIRECT_BUDGET = 4
 """Topologies without fabric get this many times the transfer budget."""
 EXACT_LOADS = 200_000
 """Forests of more arcs than this take their rate as the link time of every pipeline."""
+MIN_MESSAGE_BYTES = 64 << 10
+"""On a topology that states no latency at all (every link's alpha 0, no cost model) the
+estimate would cut a buffer into ever smaller messages for free; no runtime sends a
+message for free, so chunks stay at least this big there (NCCL's simple protocol moves
+a few hundred KiB per step; sockets and gloo pay tens of microseconds a message)."""
 
 
 @register("trees", KINDS,
@@ -153,8 +158,9 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
     the most copies a chunk waits for on its way down (the children of every rank it
     passes before the last, :func:`relays`); and a latency per chunk of a lane and per
     level. A reduction adds the local sums its root makes after the last chunk arrives,
-    one per child. Forests without fabric routes get a larger transfer budget (their
-    simulation shares no link between routes)."""
+    one per child. A cost model adds its per-message latency to every hop's and the
+    overhead of the messages each rank issues, one after another. Forests without fabric
+    routes get a larger transfer budget (their simulation shares no link between routes)."""
     n = topology.num_ranks
     k = max(forest.units)
     if len(forest.trees) * n > EXACT_LOADS:  # too many arcs to weigh: take the rate
@@ -171,15 +177,21 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
     budget = max(k, int(MAX_TRANSFERS * (DIRECT_BUDGET if direct else 1) / per_move)
                  // max(1, roots * (n - 1)))
     candidates = sorted({*(2**i for i in range(16)), *(k * 2**i for i in range(16))})
+    cost = topology.cost
+    if alpha == 0 and cost.is_empty:
+        budget = min(budget, max(1, int(size // (roots * MIN_MESSAGE_BYTES))))
     candidates = [c for c in candidates if c <= budget] or [1]
+    latency = alpha + cost.message_latency
+    sends = roots * (n - 1) * per_move / n  # messages a rank issues per chunk of a root
 
     def estimate(c: int) -> float:
         p = max(1.0, c / k)
-        bandwidth = size * loads(c)
-        serial = p * alpha * forest.serial / IN_FLIGHT  # the rails' latencies in turn
+        bandwidth = size * loads(c) / cost.link_efficiency
+        serial = p * latency * forest.serial / IN_FLIGHT  # the rails' latencies in turn
         local = fanin * size / (roots * c) / topology.local_bandwidth  # last sums at a root
-        return (bandwidth * (1 + DRAIN * waits / p) + (p + depth) * alpha + serial
-                + local)
+        issue = c * sends * cost.message_overhead
+        return (bandwidth * (1 + DRAIN * waits / p) + (p + depth) * latency + serial
+                + local + issue)
 
     return min(candidates, key=estimate)
 
