@@ -70,6 +70,8 @@ def main() -> int:
     if reason:
         print(f"skipped: {reason}")
         return 0
+    if args.plots:
+        Path(args.plots).mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     env1 = {"OMP_NUM_THREADS": "1"}
     results: dict[str, object] = {"runs": []}

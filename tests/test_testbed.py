@@ -268,6 +268,19 @@ def test_a_striped_message_crosses_both_rails(tmp_path):
 
 
 @needs_netns
+def test_bench_refuses_outputs_it_cannot_write_before_measuring(tmp_path):
+    """A plot or model path in a missing folder failed after the whole measurement (11
+    minutes of the testbed benchmark lost); now it is refused first, in one line."""
+    for flag, value in (("--plot", str(tmp_path / "nowhere" / "rail")),
+                        ("--save-model", str(tmp_path / "nowhere" / "model.json"))):
+        done = subprocess.run(
+            [sys.executable, "-m", "ccweave.cli", "bench", "ring:3", "allreduce",
+             "--testbed", "none", flag, value], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert "no such directory" in done.stderr and flag in done.stderr
+        assert "Traceback" not in done.stderr and "calibrat" not in done.stderr
+
+
 def test_bench_measures_schedules_and_gloo_beside_the_prediction(tmp_path):
     pytest.importorskip("torch")
     baselines = "gloo,mpi" if shutil.which("mpirun") else "gloo"

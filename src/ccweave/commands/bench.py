@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 
+from ccweave import outfile
 from ccweave.commands import _inputs, _output
 from ccweave.errors import InputError
 from ccweave.units import format_size
@@ -79,6 +80,12 @@ def run(args) -> int:
         if args.strategies else None
     if args.calibrate:
         _inputs.sizes(args.calibrate_sizes)
+    # outputs refused before the minutes of measuring, not after
+    if args.save_model:
+        outfile.check(args.save_model, [args.topology, args.model], flag="--save-model")
+    if args.plot:
+        for suffix in ("-busbw.png", "-predicted.png"):
+            outfile.check(args.plot + suffix, flag="--plot")
     load_before = os.getloadavg()
     say = None if args.json else _output.progress_printer()
     collective = Collective(kind, topo.num_ranks, root=args.root,
