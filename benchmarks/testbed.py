@@ -1,8 +1,9 @@
 """Measured beats simulated: the issue's figures on emulated machines (root, iproute2,
 Open MPI). For each machine: calibrate the cost model on its testbed (`ccweave profile
 --calibrate`), then `ccweave bench` allreduce and allgather, every strategy, auto, gloo's
-and Open MPI's own collectives, 1 MB-64 MB; auto again with torch's default threads
-(OMP_NUM_THREADS unset); the DDP example on the rail machine. Prints:
+and Open MPI's own collectives, 1 MB-64 MB (section ``bench``); auto with torch's default
+threads against OMP_NUM_THREADS=1, alternated (``threads``); the DDP example on the rail
+machine (``ddp``). Prints:
 
 - per machine, collective and size: auto's pick and its time against the fastest
   ccweave schedule measured, and against gloo's and Open MPI's (targets, at 16 MB and
@@ -16,6 +17,7 @@ and Open MPI's own collectives, 1 MB-64 MB; auto again with torch's default thre
 
     python benchmarks/testbed.py [--machines rail,nic,mist] [--sizes 1MB,4MB,16MB,64MB]
                                  [--out results.json] [--plots DIR]
+                                 [--sections bench,threads,ddp] [--models DIR]
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ccweave.units import parse_size
+
 ROOT = Path(__file__).resolve().parent.parent
 MACHINES = {
     "rail": ("examples/topologies/rail-2x4.json", 3.0),
@@ -40,6 +44,7 @@ MACHINES = {
 """name -> (topology, speedup auto must reach over gloo's and MPI's at 16 and 64 MB)."""
 COLLECTIVES = ("allreduce", "allgather")
 TARGET_SIZES = (16 << 20, 64 << 20)
+ENV1 = {"OMP_NUM_THREADS": "1"}
 
 
 def ccweave(*argv: str, env: dict | None = None, json_out: bool = True) -> dict | str:
@@ -51,9 +56,124 @@ def ccweave(*argv: str, env: dict | None = None, json_out: bool = True) -> dict 
     return json.loads(done.stdout) if json_out else done.stdout
 
 
+def parse_sizes(text: str) -> list[int]:
+    return [int(parse_size(part)) for part in text.split(",")]
+
+
 def save(path: str | None, results: dict) -> None:
     if path:
         Path(path).write_text(json.dumps(results, indent=1))
+
+
+def bench_section(name: str, spec: str, target: float | None, kind: str, model: Path,
+                  args: argparse.Namespace, results: dict,
+                  errors: list[tuple[float, str]]) -> bool:
+    """Every strategy, auto and the incumbents at every size; calibrates ``model`` first
+    where it does not exist. Prints auto against the fastest and the incumbents."""
+    plot = ["--plot", str(Path(args.plots) / f"{name}-{kind}")] if args.plots else []
+    calibration = ["--save-model", str(model)] if not model.exists() else \
+        ["--model", str(model)]
+    try:
+        run = ccweave("bench", spec, kind, "--sizes", args.sizes, *calibration, "--json",
+                      *plot, env=ENV1)
+    except SystemExit as error:  # the other machines still run
+        print(error)
+        return False
+    if run.get("calibration"):
+        fit = [abs(c["predicted_s"] - c["measured_s"]) / c["measured_s"]
+               for c in run["calibration"]]
+        print(f"cost model {run['cost_model']}, fitted on {len(fit)} runs "
+              f"(median error {statistics.median(fit):.0%})")
+    results["runs"].append({"machine": name, "omp": "1", **run})
+    save(args.out, results)  # what ran so far survives a later failure
+    for row in run["rows"]:
+        if row["error"] is not None and row["algorithm"] != "auto":
+            errors.append((abs(row["error"]), f"{name} {kind} {row['algorithm']} "
+                                              f"{row['size_bytes'] >> 20}MB"))
+    print(f"{kind}: load {run['load_average']['before'][0]:.1f} -> "
+          f"{run['load_average']['after'][0]:.1f}; peak RSS per rank "
+          f"{max(max(v) for v in run['peak_rss_MB'].values()):.0f} MB")
+    ok = True
+    for summary in run["summary"]:
+        size = summary["size_bytes"]
+        line = (f"  {size >> 20:>3} MB: fastest {summary['fastest']} "
+                f"{summary['fastest_s'] * 1e3:.1f} ms; auto "
+                f"{summary['auto_schedule']} x{summary['auto_over_fastest']:.2f}")
+        for base, ratio in summary["speedup"].items():
+            line += f"; {ratio:.2f}x faster than {base}"
+        auto_ok = summary["auto_over_fastest"] <= 1.10 or size not in TARGET_SIZES
+        speed_ok = target is None or size not in TARGET_SIZES or all(
+            r >= target for r in summary["speedup"].values())
+        ok &= auto_ok and speed_ok
+        print(line + ("" if auto_ok and speed_ok else "  <- MISSES"))
+    return ok
+
+
+def ddp_section(model: Path, steps: int, results: dict) -> bool:
+    """examples/train_ddp.py on the rail testbed: stock DDP against the ccweave hook, the
+    hook's plan made on the calibrated machine where there is one."""
+    spec = MACHINES["rail"][0]
+    print("\n== DDP on the rail machine (examples/train_ddp.py, 512 wide)")
+    try:
+        out = ccweave("testbed", "run", spec, "--", sys.executable,
+                      str(ROOT / "examples" / "train_ddp.py"), "--topology",
+                      str(model if model.exists() else spec), "--strategy", "auto",
+                      "--width", "512", "--steps", str(steps), json_out=False, env=ENV1)
+    except SystemExit as error:  # the other figures still print
+        print(error)
+        return False
+    print("\n".join(line for line in out.splitlines()
+                    if "median step" in line or "max relative" in line))
+    results["ddp"] = out
+    return True
+
+
+def prediction_error(errors: list[tuple[float, str]], results: dict) -> bool:
+    """Median and worst |predicted - measured| / measured (targets 15% and 35% over >= 30
+    cases on >= 3 machines)."""
+    values = sorted(e for e, _ in errors)
+    machines = {label.split()[0] for _, label in errors}
+    median = statistics.median(values) if values else float("nan")
+    worst, worst_case = max(errors) if errors else (float("nan"), "-")
+    print(f"\nprediction error over {len(values)} (strategy, size, machine) cases on "
+          f"{len(machines)} machines: median {median:.1%}, worst {worst:.1%} ({worst_case})")
+    results["prediction_error"] = {"cases": len(values), "median": median, "worst": worst,
+                                   "worst_case": worst_case}
+    return median <= 0.15 and worst <= 0.35 and len(values) >= 30 and len(machines) >= 3
+
+
+def threads_check(name: str, spec: str, kind: str, sizes: list[int], model: Path,
+                  rounds: int, results: dict, out: str | None) -> bool:
+    """auto's time with torch's default intra-op threads (``OMP_NUM_THREADS`` set empty, so
+    neither the launcher nor torch caps them at 1, as they do when it is unset) over its
+    time with ``OMP_NUM_THREADS=1``: benches of the two alternated ``rounds`` times on the
+    same calibrated model, median ratio per size (noise between two benches minutes apart
+    was as large as the effect)."""
+    times: dict[str, dict[int, list[float]]] = {"1": {}, "": {}}
+    for _ in range(rounds):
+        for omp in ("1", ""):
+            try:
+                bench = ccweave("bench", spec, kind, "--sizes",
+                                ",".join(f"{s >> 20}MB" for s in sizes), "--strategies",
+                                "auto", "--baselines", "", "--model", str(model), "--json",
+                                env={"OMP_NUM_THREADS": omp})
+            except SystemExit as error:
+                print(error)
+                return False
+            results["runs"].append({"machine": name, "omp": omp or "default", **bench})
+            save(out, results)
+            for row in bench["rows"]:
+                times[omp].setdefault(row["size_bytes"], []).append(row["measured_s"])
+    ok = True
+    for size in sizes:
+        ratios = [d / o for d, o in zip(times[""][size], times["1"][size])]
+        ratio = statistics.median(ratios)
+        ok &= abs(ratio - 1) <= 0.10
+        print(f"  auto {size >> 20} MB, torch's default threads / OMP_NUM_THREADS=1: "
+              f"{ratio:.2f}x (rounds {', '.join(f'{r:.2f}' for r in ratios)}; "
+              f"{statistics.median(times['1'][size]) * 1e3:.1f} ms with 1; load "
+              f"{os.getloadavg()[0]:.1f})" + ("" if abs(ratio - 1) <= 0.10 else "  <- MISSES"))
+    return ok
 
 
 def main() -> int:
@@ -63,6 +183,13 @@ def main() -> int:
     parser.add_argument("--out", help="write every result as JSON")
     parser.add_argument("--plots", help="folder for each bench's PNG plots")
     parser.add_argument("--ddp-steps", type=int, default=20)
+    parser.add_argument("--sections", default="bench,threads,ddp",
+                        help="bench (every strategy and the incumbents), threads (auto "
+                             "with and without OMP_NUM_THREADS=1), ddp")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="alternations of the threads section")
+    parser.add_argument("--models", help="folder of calibrated machines, NAME-calibrated"
+                        ".json: used where present, written where not (default: temporary)")
     args = parser.parse_args()
     from ccweave.testbed import unavailable_reason
 
@@ -72,108 +199,42 @@ def main() -> int:
         return 0
     if args.plots:
         Path(args.plots).mkdir(parents=True, exist_ok=True)
+    sections = set(args.sections.split(","))
     start = time.perf_counter()
-    env1 = {"OMP_NUM_THREADS": "1"}
     results: dict[str, object] = {"runs": []}
     errors: list[tuple[float, str]] = []
     ok = True
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(args.models or scratch)
+        folder.mkdir(parents=True, exist_ok=True)
         for name in args.machines.split(","):
             spec, target = MACHINES[name]
-            model = Path(folder) / f"{name}-calibrated.json"
+            model = folder / f"{name}-calibrated.json"  # calibrated once per machine
             print(f"\n== {name} ({spec})")
             for kind in COLLECTIVES:
-                plot = ["--plot", str(Path(args.plots) / f"{name}-{kind}")] if args.plots \
-                    else []
-                calibration = ["--save-model", str(model)] if not model.exists() else \
-                    ["--model", str(model)]  # calibrated once per machine
-                try:
-                    run = ccweave("bench", spec, kind, "--sizes", args.sizes, *calibration,
-                                  "--json", *plot, env=env1)
-                except SystemExit as error:  # the other machines still run
-                    print(error)
-                    ok = False
-                    continue
-                if run.get("calibration"):
-                    fit = [abs(c["predicted_s"] - c["measured_s"]) / c["measured_s"]
-                           for c in run["calibration"]]
-                    print(f"cost model {run['cost_model']}, fitted on {len(fit)} runs "
-                          f"(median error {statistics.median(fit):.0%})")
-                results["runs"].append({"machine": name, "omp": "1", **run})
-                save(args.out, results)  # what ran so far survives a later failure
-                rows = run["rows"]
-                for row in rows:
-                    if row["error"] is not None and row["algorithm"] != "auto":
-                        errors.append((abs(row["error"]), f"{name} {kind} {row['algorithm']} "
-                                                          f"{row['size_bytes'] >> 20}MB"))
-                print(f"{kind}: load {run['load_average']['before'][0]:.1f} -> "
-                      f"{run['load_average']['after'][0]:.1f}; peak RSS per rank "
-                      f"{max(max(v) for v in run['peak_rss_MB'].values()):.0f} MB")
-                for summary in run["summary"]:
-                    size = summary["size_bytes"]
-                    line = (f"  {size >> 20:>3} MB: fastest {summary['fastest']} "
-                            f"{summary['fastest_s'] * 1e3:.1f} ms; auto "
-                            f"{summary['auto_schedule']} x{summary['auto_over_fastest']:.2f}")
-                    for base, ratio in summary["speedup"].items():
-                        line += f"; {ratio:.2f}x faster than {base}"
-                    auto_ok = summary["auto_over_fastest"] <= 1.10 or size not in TARGET_SIZES
-                    speed_ok = target is None or size not in TARGET_SIZES or all(
-                        r >= target for r in summary["speedup"].values())
-                    ok &= auto_ok and speed_ok
-                    print(line + ("" if auto_ok and speed_ok else "  <- MISSES"))
-                omp_sizes = [s["size_bytes"] for s in run["summary"]
-                             if s["size_bytes"] in TARGET_SIZES]
-                if target is not None and omp_sizes:  # auto with torch's default threads
-                    try:
-                        unset = ccweave("bench", spec, kind, "--sizes",
-                                        ",".join(f"{s >> 20}MB" for s in omp_sizes),
-                                        "--strategies", "auto", "--baselines", "",
-                                        "--model", str(model), "--json",
-                                        env={"OMP_NUM_THREADS": ""})
-                    except SystemExit as error:
-                        print(error)
-                        ok = False
-                        continue
-                    results["runs"].append({"machine": name, "omp": "unset", **unset})
-                    save(args.out, results)
-                    with_one = {r["size_bytes"]: r["measured_s"] for r in rows
-                                if r["algorithm"] == "auto"}
-                    for row in unset["rows"]:
-                        ratio = row["measured_s"] / with_one[row["size_bytes"]]
-                        ok &= abs(ratio - 1) <= 0.10
-                        print(f"  auto {row['size_bytes'] >> 20} MB, OMP_NUM_THREADS unset: "
-                              f"{row['measured_s'] * 1e3:.1f} ms, {ratio:.2f}x the time with "
-                              f"1 (load {unset['load_average']['after'][0]:.1f})")
-        if "rail" in args.machines.split(","):
-            spec = MACHINES["rail"][0]
-            model = Path(folder) / "rail-calibrated.json"  # the hook's plan uses the fit
-            print("\n== DDP on the rail machine (examples/train_ddp.py, 512 wide)")
-            try:
-                out = ccweave("testbed", "run", spec, "--", sys.executable,
-                              str(ROOT / "examples" / "train_ddp.py"), "--topology",
-                              str(model if model.exists() else spec), "--strategy", "auto",
-                              "--width", "512", "--steps", str(args.ddp_steps),
-                              json_out=False, env=env1)
-            except SystemExit as error:  # the other figures still print
-                print(error)
-                ok = False
-            else:
-                print("\n".join(line for line in out.splitlines()
-                                if "median step" in line or "max relative" in line))
-                results["ddp"] = out
-    values = sorted(e for e, _ in errors)
-    machines = {label.split()[0] for _, label in errors}
-    median = statistics.median(values) if values else float("nan")
-    worst, worst_case = max(errors) if errors else (float("nan"), "-")
-    ok &= median <= 0.15 and worst <= 0.35 and len(values) >= 30 and len(machines) >= 3
-    print(f"\nprediction error over {len(values)} (strategy, size, machine) cases on "
-          f"{len(machines)} machines: median {median:.1%}, worst {worst:.1%} ({worst_case})")
+                if "bench" in sections:
+                    ok &= bench_section(name, spec, target, kind, model, args, results, errors)
+                if target is not None and "threads" in sections:
+                    sizes = [s for s in parse_sizes(args.sizes) if s in TARGET_SIZES]
+                    if not model.exists():  # calibrate (and bench one ring) first
+                        try:
+                            ccweave("bench", spec, kind, "--sizes", "1MB", "--strategies",
+                                    "ring", "--baselines", "", "--save-model", str(model),
+                                    "--json", env=ENV1)
+                        except SystemExit as error:
+                            print(error)
+                            ok = False
+                            continue
+                    ok &= threads_check(name, spec, kind, sizes, model, args.rounds,
+                                        results, args.out)
+        if "rail" in args.machines.split(",") and "ddp" in sections:
+            ok &= ddp_section(folder / "rail-calibrated.json", args.ddp_steps, results)
+    if "bench" in sections:
+        ok &= prediction_error(errors, results)
     rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
               resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
     print(f"wall time {time.perf_counter() - start:.0f} s; load average "
           f"{os.getloadavg()[0]:.2f}; peak RSS of this process or one child {rss:.0f} MB")
-    results.update({"prediction_error": {"cases": len(values), "median": median,
-                                         "worst": worst, "worst_case": worst_case}})
     save(args.out, results)
     print("all targets met" if ok else "NOT all targets met")
     return 0 if ok else 1
