@@ -18,6 +18,7 @@ machine (``ddp``). Prints:
     python benchmarks/testbed.py [--machines rail,nic,mist] [--sizes 1MB,4MB,16MB,64MB]
                                  [--out results.json] [--plots DIR]
                                  [--sections bench,threads,ddp] [--models DIR]
+                                 [--include EARLIER.json]
 """
 
 from __future__ import annotations
@@ -86,10 +87,7 @@ def bench_section(name: str, spec: str, target: float | None, kind: str, model: 
               f"(median error {statistics.median(fit):.0%})")
     results["runs"].append({"machine": name, "omp": "1", **run})
     save(args.out, results)  # what ran so far survives a later failure
-    for row in run["rows"]:
-        if row["error"] is not None and row["algorithm"] != "auto":
-            errors.append((abs(row["error"]), f"{name} {kind} {row['algorithm']} "
-                                              f"{row['size_bytes'] >> 20}MB"))
+    errors += case_errors(name, kind, run["rows"])
     print(f"{kind}: load {run['load_average']['before'][0]:.1f} -> "
           f"{run['load_average']['after'][0]:.1f}; peak RSS per rank "
           f"{max(max(v) for v in run['peak_rss_MB'].values()):.0f} MB")
@@ -126,6 +124,14 @@ def ddp_section(model: Path, steps: int, results: dict) -> bool:
                     if "median step" in line or "max relative" in line))
     results["ddp"] = out
     return True
+
+
+def case_errors(machine: str, kind: str, rows: list[dict]) -> list[tuple[float, str]]:
+    """|predicted - measured| / measured of each ccweave schedule (auto's pick is counted
+    under its own strategy), labelled by machine, collective, strategy and size."""
+    return [(abs(row["error"]), f"{machine} {kind} {row['algorithm']} "
+                                f"{row['size_bytes'] >> 20}MB")
+            for row in rows if row["error"] is not None and row["algorithm"] != "auto"]
 
 
 def prediction_error(errors: list[tuple[float, str]], results: dict) -> bool:
@@ -188,6 +194,9 @@ def main() -> int:
                              "with and without OMP_NUM_THREADS=1), ddp")
     parser.add_argument("--rounds", type=int, default=2,
                         help="alternations of the threads section")
+    parser.add_argument("--include", action="append", default=[], metavar="JSON",
+                        help="an earlier run's --out: its benches count in the prediction "
+                             "error (machines run separately)")
     parser.add_argument("--models", help="folder of calibrated machines, NAME-calibrated"
                         ".json: used where present, written where not (default: temporary)")
     args = parser.parse_args()
@@ -229,7 +238,12 @@ def main() -> int:
                                         results, args.out)
         if "rail" in args.machines.split(",") and "ddp" in sections:
             ok &= ddp_section(folder / "rail-calibrated.json", args.ddp_steps, results)
-    if "bench" in sections:
+    for earlier in args.include:
+        for run in json.loads(Path(earlier).read_text())["runs"]:
+            if run["omp"] == "1" and run["machine"] not in args.machines.split(","):
+                results["runs"].append(run)
+                errors += case_errors(run["machine"], run["collective"], run["rows"])
+    if "bench" in sections or args.include:
         ok &= prediction_error(errors, results)
     rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
               resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
