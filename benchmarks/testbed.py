@@ -75,8 +75,9 @@ def bench_section(name: str, spec: str, target: float | None, kind: str, model: 
     calibration = ["--save-model", str(model)] if not model.exists() else \
         ["--model", str(model)]
     try:
+        chosen = ["--strategies", f"{args.strategies},auto"] if args.strategies else []
         run = ccweave("bench", spec, kind, "--sizes", args.sizes, *calibration, "--json",
-                      *plot, env=ENV1)
+                      *chosen, *plot, env=ENV1)
     except SystemExit as error:  # the other machines still run
         print(error)
         return False
@@ -189,6 +190,8 @@ def main() -> int:
     parser.add_argument("--out", help="write every result as JSON")
     parser.add_argument("--plots", help="folder for each bench's PNG plots")
     parser.add_argument("--ddp-steps", type=int, default=20)
+    parser.add_argument("--strategies", help="ccweave strategies the bench section runs "
+                        "beside auto (default: every fast one)")
     parser.add_argument("--sections", default="bench,threads,ddp",
                         help="bench (every strategy and the incumbents), threads (auto "
                              "with and without OMP_NUM_THREADS=1), ddp")

@@ -143,13 +143,19 @@ def _latency_free(n: int) -> Topology:
 
 
 @pytest.mark.parametrize("kind", [Kind.ALLGATHER, Kind.REDUCESCATTER])
-def test_a_topology_without_latency_gets_no_free_tiny_messages(kind):
-    """Alpha 0 and no cost model would make every extra chunk free: the pipeline keeps
-    messages of at least 64 KiB there (a 16 MB allgather was cut into 512-byte messages,
-    20x slower on sockets than a calibrated choice)."""
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_a_topology_without_latency_gets_no_free_tiny_messages(kind, calibrated):
+    """Alpha 0 and no per-message cost would make every extra chunk free: the pipeline
+    keeps messages of at least 64 KiB there (a 16 MB allgather was cut into 512-byte
+    messages, 20x slower on sockets than a calibrated choice; a calibration that found no
+    overhead, only link efficiency and a host limit, made trees 2-20x slower)."""
     from ccweave.synth.forest.strategy import MIN_MESSAGE_BYTES
+    from ccweave.topology.cost import CostModel
 
     topology = _latency_free(8)
+    if calibrated:
+        topology = topology.with_cost(CostModel(host_bandwidth=1.8e9, connection_fifo=True,
+                                                link_efficiency=0.81))
     size = 16 << 20
     schedule = synthesize(topology, kind, "trees", size=size)
     verify(schedule, topology)

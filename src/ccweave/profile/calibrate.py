@@ -26,18 +26,21 @@ from ccweave.simulate import simulate
 from ccweave.topology.cost import CostModel
 from ccweave.topology.model import Topology
 
-WORKLOADS = ((Kind.ALLTOALL, "direct", {}),
-             (Kind.ALLGATHER, "ring", {"chunks": 8}),
-             (Kind.ALLREDUCE, "double-binary-tree", {"chunks": 16}),
-             (Kind.ALLREDUCE, "ring", {"chunks": 16}),
-             (Kind.ALLREDUCE, "ring", {"channels": 1, "chunks": 1}),
-             (Kind.ALLGATHER, "ring", {"channels": 1, "chunks": 128}))
-"""Every rank to every other at once (the hosts' CPUs); rings on every channel; two
-trees pipelining 16 chunks each, long chains of dependent small messages (each
-message's latency and overhead); one plain ring (what the links alone explain); one ring
-of 128 chunks a rank, so many messages that their overhead shows even where a slow
-shared link hides it in the others (on a shared 100 Mbit/s NIC the fit found no
-overhead without it, and trees then cut 16 MB into 2 KB messages, 3.3x slower)."""
+SMALL = 64 << 10
+WORKLOADS = ((Kind.ALLTOALL, "direct", {}, None),
+             (Kind.ALLGATHER, "ring", {"chunks": 8}, None),
+             (Kind.ALLREDUCE, "double-binary-tree", {"chunks": 16}, None),
+             (Kind.ALLREDUCE, "ring", {"chunks": 16}, None),
+             (Kind.ALLREDUCE, "ring", {"channels": 1, "chunks": 1}, None),
+             (Kind.ALLGATHER, "ring", {"channels": 1, "chunks": 128}, (SMALL,)))
+"""(collective, strategy, options, sizes: None for the calibration's). Every rank to every
+other at once (the hosts' CPUs); rings on every channel; two trees pipelining 16 chunks
+each, long chains of dependent small messages (each message's latency and overhead); one
+plain ring (what the links alone explain); one ring of 128 chunks a rank at 64 KiB, so
+many tiny messages that their overhead shows even where a slow shared link hides it in
+the others (on a 100 Mbit/s NIC shared by 4 ranks the fit twice found no overhead, even
+with this ring at 1 MB and 16 MB, and trees then cut 16 MB into 2 KB messages: 2-20x
+slower than hierarchical)."""
 DEFAULT_SIZES = (1 << 20, 16 << 20)
 
 
@@ -53,12 +56,12 @@ class Workload:
 def workloads(topology: Topology, sizes: Sequence[int] = DEFAULT_SIZES) -> list[Workload]:
     """The calibration schedules that build on ``topology``, at each size."""
     found = []
-    for kind, strategy, options in WORKLOADS:
+    for kind, strategy, options, fixed in WORKLOADS:
         try:
             schedule = build_verified(topology, kind, strategy, **options)
         except NotApplicableError:
             continue
-        found += [Workload(schedule, size) for size in sizes]
+        found += [Workload(schedule, size) for size in (fixed or sizes)]
     return found
 
 
@@ -155,5 +158,6 @@ def fitted_topology(topology: Topology, profile, structure: Topology | None = No
     sizes = sorted({size for _, size, _ in profile.workloads})
     loads = [Workload(load.schedule, load.size_bytes,
                       measured.get((load.schedule.name, load.size_bytes)))
-             for load in workloads(structure or topology, sizes)]
+             for load in workloads(structure or topology, sizes)
+             if (load.schedule.name, load.size_bytes) in measured]
     return fit(topology, loads, profile.nodes, progress=progress)

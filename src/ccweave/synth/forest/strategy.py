@@ -47,10 +47,11 @@ DIRECT_BUDGET = 4
 EXACT_LOADS = 200_000
 """Forests of more arcs than this take their rate as the link time of every pipeline."""
 MIN_MESSAGE_BYTES = 64 << 10
-"""On a topology that states no latency at all (every link's alpha 0, no cost model) the
-estimate would cut a buffer into ever smaller messages for free; no runtime sends a
-message for free, so chunks stay at least this big there (NCCL's simple protocol moves
-a few hundred KiB per step; sockets and gloo pay tens of microseconds a message)."""
+"""On a topology that states no cost per message at all (every link's alpha 0, no
+message overhead or latency in its cost model) the estimate would cut a buffer into ever
+smaller messages for free; no runtime sends a message for free, so chunks stay at least
+this big there (NCCL's simple protocol moves a few hundred KiB per step; sockets and gloo
+pay tens of microseconds a message)."""
 
 
 @register("trees", KINDS,
@@ -178,7 +179,7 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
                  // max(1, roots * (n - 1)))
     candidates = sorted({*(2**i for i in range(16)), *(k * 2**i for i in range(16))})
     cost = topology.cost
-    if alpha == 0 and cost.is_empty:
+    if alpha == 0 and cost.message_overhead == 0 and cost.message_latency == 0:
         budget = min(budget, max(1, int(size // (roots * MIN_MESSAGE_BYTES))))
     candidates = [c for c in candidates if c <= budget] or [1]
     latency = alpha + cost.message_latency
