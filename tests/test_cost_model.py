@@ -144,16 +144,6 @@ def test_bad_cost_models_are_refused_naming_the_field(bad, words):
         from_dict(bad, "machine.json")
 
 
-def test_calibration_runs_a_ring_of_tiny_messages_whatever_the_sizes():
-    """Where a slow shared link hides the overhead in every other workload, 64-byte
-    messages show it."""
-    topology = topology_io.load("examples/topologies/two-nodes.json")
-    loads = workloads(topology, (16 * MB,))
-    tiny = [w for w in loads if w.schedule.name == "ring(channels=1, chunks=128)"]
-    assert [w.size_bytes for w in tiny] == [64 << 10]
-    assert {w.size_bytes for w in loads if w not in tiny} == {16 * MB}
-
-
 def test_calibration_recovers_a_known_model_from_the_times_it_predicts():
     topology = topology_io.load("examples/topologies/two-nodes.json")
     hosts = (tuple(topology.ranks),)
