@@ -144,6 +144,26 @@ def test_bad_cost_models_are_refused_naming_the_field(bad, words):
         from_dict(bad, "machine.json")
 
 
+def test_a_fit_at_the_low_end_says_none_and_trees_then_keeps_large_messages():
+    """The shared-NIC testbed's fit stopped at 0.10001 us overhead and latency (the bound
+    is 0.1 us): printed as a cost, it let trees cut 16 MB into 2 KB messages (20x slow)."""
+    from ccweave.synth import synthesize
+    from ccweave.synth.forest.strategy import MIN_MESSAGE_BYTES
+
+    topology = pair(12.5e6, ranks=4)
+    hosts = (tuple(topology.ranks),)
+    truth = CostModel(0.0, 0.0, None, True, 0.85)  # links and FIFO only
+    machine = topology.with_cost(truth, hosts)
+    loads = [Workload(w.schedule, w.size_bytes,
+                      simulate(w.schedule, machine, w.size_bytes).time_s)
+             for w in workloads(topology, (MB, 16 * MB))]
+    found = fit(topology, loads, hosts).cost
+    assert found.message_overhead == 0 and found.message_latency == 0
+    fitted = topology.with_cost(found, hosts)
+    schedule = synthesize(fitted, "allgather", "trees", size=16 * MB)
+    assert 16 * MB / 4 / schedule.collective.chunks_per_rank >= MIN_MESSAGE_BYTES
+
+
 def test_calibration_recovers_a_known_model_from_the_times_it_predicts():
     topology = topology_io.load("examples/topologies/two-nodes.json")
     hosts = (tuple(topology.ranks),)

@@ -114,11 +114,15 @@ def fit(topology: Topology, loads: Sequence[Workload], hosts: tuple[tuple[int, .
     bounds = [(math.log(0.3), 0.0), (math.log(low), math.log(top * 1e3)),
               (math.log(1e-7), math.log(1e-1)), (math.log(1e-7), math.log(1e-2))]
     unlimited = math.log(top * 1e2)  # a host this fast never limits: no host term
+    # within 2x of its lower bound (0.2 us) a per-message term is none: the solver stops
+    # a hair above the bound (0.10001 us), and a model must then say it has no such cost
+    # (trees keeps 64 KiB messages only where a model has none)
+    none = math.log(2.0)
 
     def model_of(x: Sequence[float]) -> CostModel:
         efficiency, host, latency, overhead = (math.exp(v) for v in x)
-        return CostModel(message_overhead=overhead if x[3] > bounds[3][0] + 1e-9 else 0.0,
-                         message_latency=latency if x[2] > bounds[2][0] + 1e-9 else 0.0,
+        return CostModel(message_overhead=overhead if x[3] > bounds[3][0] + none else 0.0,
+                         message_latency=latency if x[2] > bounds[2][0] + none else 0.0,
                          host_bandwidth=host if x[1] < unlimited else None,
                          connection_fifo=True, link_efficiency=min(1.0, efficiency),
                          staging_latency=topology.cost.staging_latency, source=source)
