@@ -47,8 +47,10 @@ MAX_CHANNELS = 64
 """Connections per peer at most; higher channels share them (channel modulo this)."""
 LISTEN_BACKLOG = 256
 """Connections the kernel completes before the rank accepts them. 32 made trees on the
-shared-NIC testbed time out dialling; 4096 hung 8 local gloo ranks running every classic
-strategy through shared memory (not understood yet: a race the slower accepts hid)."""
+shared-NIC testbed time out dialling. (4096 seemed to hang 8 local gloo ranks; the cause
+was sends left queued across a barrier, see :meth:`SocketTransport._flush`.)"""
+FLUSH_SECONDS = 60.0
+"""How long a barrier first waits for queued sends to reach the kernel."""
 BUFFER_BYTES = 4 << 20
 """Socket send and receive buffers: a link's bandwidth-delay product stays far below."""
 
@@ -400,6 +402,27 @@ class SocketTransport(Layered):
             self._progress(left)
 
     # ---------------------------------------------------------- the rest
+
+    def barrier(self) -> None:
+        self._flush()
+        self.inner.barrier()
+
+    def sum_values(self, values: Sequence[float]) -> list[float]:
+        self._flush()
+        return self.inner.sum_values(values)
+
+    def _flush(self, timeout: float = FLUSH_SECONDS) -> None:
+        """Hand every queued byte to the kernel before a blocking step of the inner
+        transport, which runs no epoll loop: a peer may be waiting on those bytes. A send
+        the layer above counts done can still be queued here (a shared-memory header on a
+        lane whose peer has not dialled yet); left queued, the peer waited for it while
+        this rank waited in the barrier, and 8 local ranks hung until gloo's timeout."""
+        deadline = time.monotonic() + timeout
+        while any(lane.sending and not lane.error for lane in self.lanes.values()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return  # the step below times out and names the peer
+            self._progress(min(left, 1.0))
 
     def close(self) -> None:
         for lane in self.lanes.values():
