@@ -267,7 +267,6 @@ def test_a_striped_message_crosses_both_rails(tmp_path):
     assert len(sent) == 2 and min(sent.values()) > 0.4 * size  # both rails carried half
 
 
-@needs_netns
 def test_bench_refuses_outputs_it_cannot_write_before_measuring(tmp_path):
     """A plot or model path in a missing folder failed after the whole measurement (11
     minutes of the testbed benchmark lost); now it is refused first, in one line."""
@@ -281,6 +280,7 @@ def test_bench_refuses_outputs_it_cannot_write_before_measuring(tmp_path):
         assert "Traceback" not in done.stderr and "calibrat" not in done.stderr
 
 
+@needs_netns
 def test_bench_measures_schedules_and_gloo_beside_the_prediction(tmp_path):
     pytest.importorskip("torch")
     baselines = "gloo,mpi" if shutil.which("mpirun") else "gloo"
