@@ -52,6 +52,23 @@ def test_message_overhead_issues_a_ranks_transfers_one_after_another():
     assert costed.time_s == pytest.approx(8e-3 + 1 / 100e6)
 
 
+def test_a_hosts_ranks_share_its_cores_to_issue_messages():
+    """Four ranks on a host of two cores, each sending one message: two are issued after
+    one overhead, two after two; with a core per rank (or no core count) all after one."""
+    coll = Collective(Kind.ALLGATHER, 4, 1)
+    ring = Schedule(coll, tuple(Transfer(r, (r + 1) % 4, IN, 0, OUT, r) for r in range(4)),
+                    name="ring step")
+    topology = pair(ranks=4)
+    shared = simulate(ring, with_cost(topology, message_overhead=1e-3, host_cores=2), 4)
+    assert sorted(shared.start) == pytest.approx([1e-3, 1e-3, 2e-3, 2e-3])
+    for cores in (None, 4, 8):
+        alone = simulate(ring, with_cost(topology, message_overhead=1e-3, host_cores=cores), 4)
+        assert sorted(alone.start) == pytest.approx([1e-3] * 4)
+    # two hosts of two ranks, two cores each: nobody waits for a core
+    split = topology.with_cost(CostModel(message_overhead=1e-3, host_cores=2), ((0, 1), (2, 3)))
+    assert sorted(simulate(ring, split, 4).start) == pytest.approx([1e-3] * 4)
+
+
 def test_message_latency_adds_to_each_transfer_but_overlaps():
     apart = simulate(sends(8), with_cost(pair(), message_latency=1e-3), 8).time_s
     chained = simulate(sends(8, chain=True), with_cost(pair(), message_latency=1e-3), 8)
@@ -125,7 +142,7 @@ def test_every_transfer_takes_at_least_its_costed_idle_time(data):
 
 def test_the_file_format_keeps_the_cost_model_and_hosts():
     topology = pair(ranks=4).with_cost(
-        CostModel(50e-6, 20e-6, 1.2e9, True, 0.9, 10e-6, "measured"), ((0, 1), (2, 3)))
+        CostModel(50e-6, 20e-6, 1.2e9, True, 0.9, 10e-6, "measured", 2), ((0, 1), (2, 3)))
     again = topology_io.from_dict(topology_io.to_dict(topology))
     assert again.cost == topology.cost
     assert again.host_of == (0, 0, 1, 1)
@@ -138,6 +155,8 @@ def test_the_file_format_keeps_the_cost_model_and_hosts():
     ({"link_efficiency": 1.5}, "link efficiency"),
     ({"connection_fifo": "yes"}, "true or false"),
     ({"speed": 1}, "unknown field"),
+    ({"host_cores": 0}, "host_cores"),
+    ({"host_cores": 1.5}, "host_cores"),
 ])
 def test_bad_cost_models_are_refused_naming_the_field(bad, words):
     with pytest.raises(TopologyError, match=words):
@@ -164,14 +183,18 @@ def test_a_fit_at_the_low_end_says_none_and_trees_then_keeps_large_messages():
     assert 16 * MB / 4 / schedule.collective.chunks_per_rank >= MIN_MESSAGE_BYTES
 
 
-def test_calibration_recovers_a_known_model_from_the_times_it_predicts():
+@pytest.mark.parametrize("cores", [2, 4])
+def test_calibration_recovers_a_known_model_from_the_times_it_predicts(cores):
+    """4 ranks on one host of ``cores`` CPUs (2: they share them to issue messages)."""
     topology = topology_io.load("examples/topologies/two-nodes.json")
     hosts = (tuple(topology.ranks),)
-    truth = CostModel(20e-6, 50e-6, 60e9, True, 0.9)
+    shared = cores if cores < topology.num_ranks else None
+    truth = CostModel(20e-6, 50e-6, 60e9, True, 0.9, host_cores=shared)
     machine = topology.with_cost(truth, hosts)
     loads = [Workload(w.schedule, w.size_bytes,
                       simulate(w.schedule, machine, w.size_bytes).time_s)
              for w in workloads(topology, (MB, 16 * MB))]
-    found = fit(topology, loads, hosts)
+    found = fit(topology, loads, hosts, cores=cores)
+    assert found.cost.host_cores == shared
     assert all(abs(p - m) / m < 0.03 for _, _, p, m in found.fit)
     assert found.cost.link_efficiency == pytest.approx(0.9, rel=0.1)

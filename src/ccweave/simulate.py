@@ -157,6 +157,14 @@ class _Plan:
             self.hosts = [first + host for host in topology.host_of]
             self.capacity += [float(cost.host_bandwidth)] * (max(topology.host_of) + 1)
         self.overhead = float(cost.message_overhead)
+        self.issuer_of: list[int] | None = None  # each rank's host, where CPUs are shared
+        self.issuers: list[int] = []
+        if self.overhead and cost.host_cores is not None:
+            host_of = topology.host_of
+            sizes = np.bincount(np.array(host_of, dtype=np.int64))
+            if (sizes > cost.host_cores).any():  # some host has more ranks than cores
+                self.issuer_of = list(host_of)
+                self.issuers = [cost.host_cores] * len(sizes)
         transfers = schedule.transfers
         self.count = len(transfers)
         src, dst = _column(transfers, "src"), _column(transfers, "dst")
@@ -349,6 +357,22 @@ def _run(plan: _Plan) -> tuple[list[float], list[float], list[float], list[int],
     route, nbytes, alpha, solo_rate = plan.route, plan.nbytes, plan.alpha, plan.bottleneck
     overhead, src_of = plan.overhead, plan.src
     engine = [0.0] * (max(src_of, default=-1) + 1)  # when each rank may issue its next transfer
+    host_of = plan.issuer_of
+    cores = [[0.0] * n for n in plan.issuers]  # when each core of each host is free
+
+    def issue(rank: int, now: float) -> float:
+        """When a transfer ``rank`` makes ready at ``now`` has been issued: after the
+        rank's previous one and, where the host's CPUs are shared, a free core."""
+        free = engine[rank]
+        begin = free if free > now else now
+        if host_of is not None:
+            host = cores[host_of[rank]]
+            core = min(range(len(host)), key=host.__getitem__)
+            if host[core] > begin:
+                begin = host[core]
+            host[core] = begin + overhead
+        engine[rank] = begin + overhead
+        return begin + overhead
     stages, next_stage = plan.stages, dict.fromkeys(plan.stages, 0)
     stage_line = plan.stage_line
     stage_holder = [-1] * plan.num_stage_lines
@@ -389,9 +413,7 @@ def _run(plan: _Plan) -> tuple[list[float], list[float], list[float], list[int],
     for index in range(count):
         if not pending[index]:
             if overhead:  # ranks issue their transfers one after another
-                begin = engine[src_of[index]] + overhead
-                engine[src_of[index]] = begin
-                when = begin + alpha[index]
+                when = issue(src_of[index], 0.0) + alpha[index]
             else:
                 when = alpha[index]
             bucket = starts.get(when)
@@ -449,10 +471,7 @@ def _run(plan: _Plan) -> tuple[list[float], list[float], list[float], list[int],
                             ready[child] = now
                             last_dep[child] = index
                             if overhead:
-                                free = engine[src_of[child]]
-                                begin = (free if free > now else now) + overhead
-                                engine[src_of[child]] = begin
-                                when = begin + alpha[child]
+                                when = issue(src_of[child], now) + alpha[child]
                             else:
                                 when = now + alpha[child]
                             bucket = starts.get(when)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -87,7 +88,8 @@ class Calibration:
 
 
 def fit(topology: Topology, loads: Sequence[Workload], hosts: tuple[tuple[int, ...], ...],
-        progress: Callable[[str], None] | None = None, starts: int = 2) -> Calibration:
+        progress: Callable[[str], None] | None = None, starts: int = 2,
+        cores: int | None = None) -> Calibration:
     """The link efficiency, host bandwidth, message latency and message overhead that best
     predict ``loads``' measured times on ``topology`` (least squares on log time), with
     connections carrying one message at a time as the runtime's do.
@@ -96,9 +98,12 @@ def fit(topology: Topology, loads: Sequence[Workload], hosts: tuple[tuple[int, .
     trust-region least-squares solve from each refines them. Ranges:
     efficiency 0.3 .. 1; host bandwidth from the slowest link to 100x the fastest (beyond:
     unlimited); latency 0.1 us .. 100 ms and overhead 0.1 us .. 10 ms (at the low end:
-    none).
+    none). ``cores``: CPUs per host (default: this process's, the hosts taken alike); where
+    a host has more ranks than that, they share them to issue messages.
     """
     measured = [load for load in loads if load.measured_s]
+    cores = cores or len(os.sched_getaffinity(0))
+    shared = cores if any(len(group) > cores for group in hosts) else None
     top = max(link.bandwidth for link in topology.links)
     low = min(link.bandwidth for link in topology.links)
     source = "fitted by ccweave profile --calibrate"
@@ -125,12 +130,14 @@ def fit(topology: Topology, loads: Sequence[Workload], hosts: tuple[tuple[int, .
                          message_latency=latency if x[2] > bounds[2][0] + none else 0.0,
                          host_bandwidth=host if x[1] < unlimited else None,
                          connection_fifo=True, link_efficiency=min(1.0, efficiency),
-                         staging_latency=topology.cost.staging_latency, source=source)
+                         staging_latency=topology.cost.staging_latency, source=source,
+                         host_cores=shared)
 
     # a coarse grid over the four (the terms trade off against each other: a greedy start
     # lets one absorb what another explains), then least squares from its two best points
-    levels = [(0.0, math.log(0.7)),
-              (bounds[1][1], math.log(low * 8), math.log(math.sqrt(low * top) * 4)),
+    levels = [(0.0, math.log(0.85), math.log(0.6)),
+              (bounds[1][1], math.log(low * 2), math.log(low * 8),
+               math.log(math.sqrt(low * top) * 4)),
               (bounds[2][0], math.log(1e-5), math.log(1e-3)),
               (bounds[3][0], math.log(1e-5), math.log(3e-4))]
     grid = sorted((loss(model_of(point)), point) for point in itertools.product(*levels))

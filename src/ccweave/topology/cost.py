@@ -22,6 +22,10 @@ plain alpha-beta flow model.
   another, in the order they became ready (one connection per peer and channel, as
   ccweave's socket transport, NCCL channels and MSCCL threadblocks have), instead of
   sharing the links side by side.
+- ``host_cores``: CPUs of one host that issue messages. A rank issues its messages one
+  after another (``message_overhead`` each), and a host's ranks together issue at most
+  this many at once: 8 ranks on 2 cores that all send pay about 4 overheads a message.
+  ``None``: every rank has a CPU of its own.
 
 Which ranks share a host is the topology's ``host`` group (every rank alone when the
 topology has no such group).
@@ -50,6 +54,7 @@ class CostModel:
     staging_latency: float = 0.0
     source: str = ""
     """How the figures were found (for people)."""
+    host_cores: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("message_overhead", "message_latency", "staging_latency"):
@@ -61,6 +66,11 @@ class CostModel:
                                                     and self.host_bandwidth > 0):
             raise TopologyError(f"cost model: host bandwidth must be positive, got "
                                 f"{self.host_bandwidth!r}")
+        if self.host_cores is not None and (isinstance(self.host_cores, bool)
+                                            or not isinstance(self.host_cores, int)
+                                            or self.host_cores < 1):
+            raise TopologyError(f"cost model: host cores must be a whole number >= 1, got "
+                                f"{self.host_cores!r}")
         if not 0 < self.link_efficiency <= 1:
             raise TopologyError(f"cost model: link efficiency must be in (0, 1], got "
                                 f"{self.link_efficiency!r}")
@@ -70,7 +80,7 @@ class CostModel:
         return (self.message_overhead == 0 and self.message_latency == 0
                 and self.host_bandwidth is None
                 and not self.connection_fifo and self.link_efficiency == 1
-                and self.staging_latency == 0)
+                and self.staging_latency == 0 and self.host_cores is None)
 
     def to_dict(self) -> dict[str, object]:
         """The file format: ``message_overhead_us``, ``host_GBps``, ``source``."""
@@ -82,13 +92,15 @@ class CostModel:
         data["link_efficiency"] = self.link_efficiency
         if self.staging_latency:
             data["staging_latency_us"] = self.staging_latency / US
+        if self.host_cores is not None:
+            data["host_cores"] = self.host_cores
         if self.source:
             data["source"] = self.source
         return data
 
 
 _FIELDS = {"message_overhead_us", "message_latency_us", "host_GBps", "connection_fifo",
-           "link_efficiency", "staging_latency_us", "source"}
+           "link_efficiency", "staging_latency_us", "source", "host_cores"}
 
 
 def from_dict(data: object, where: str) -> CostModel:
@@ -117,9 +129,15 @@ def from_dict(data: object, where: str) -> CostModel:
     efficiency = data.get("link_efficiency", 1.0)
     if isinstance(efficiency, bool) or not isinstance(efficiency, (int, float)):
         raise TopologyError(f"{where}: cost_model.link_efficiency must be a number in (0, 1]")
+    cores = data.get("host_cores")
+    if cores is not None and (isinstance(cores, bool) or not isinstance(cores, int)
+                              or cores < 1):
+        raise TopologyError(f"{where}: cost_model.host_cores must be a whole number >= 1, "
+                            f"got {cores!r}")
     try:
         return CostModel(float(overhead) * US, float(latency) * US,
                          None if host is None else float(host) * GB_PER_S, fifo,
-                         float(efficiency), float(staging) * US, str(data.get("source", "")))
+                         float(efficiency), float(staging) * US, str(data.get("source", "")),
+                         cores)
     except TopologyError as error:
         raise TopologyError(f"{where}: {error}") from None

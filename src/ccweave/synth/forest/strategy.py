@@ -8,6 +8,7 @@ chunk on every hop, so at 64 KB a lane moves one chunk and at 1 GB dozens to hun
 
 from __future__ import annotations
 
+import collections
 import math
 
 import numpy as np
@@ -160,7 +161,8 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
     passes before the last, :func:`relays`); and a latency per chunk of a lane and per
     level. A reduction adds the local sums its root makes after the last chunk arrives,
     one per child. A cost model adds its per-message latency to every hop's and the
-    overhead of the messages each rank issues, one after another. Forests without fabric
+    overhead of the messages each rank issues, one after another (on a host's shared
+    cores, where it has more ranks than cores). Forests without fabric
     routes get a larger transfer budget (their simulation shares no link between routes)."""
     n = topology.num_ranks
     k = max(forest.units)
@@ -184,13 +186,17 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
     candidates = [c for c in candidates if c <= budget] or [1]
     latency = alpha + cost.message_latency
     sends = roots * (n - 1) * per_move / n  # messages a rank issues per chunk of a root
+    overhead = cost.message_overhead
+    if cost.host_cores:  # every rank of a crowded host sends at once: they share its cores
+        crowd = max(collections.Counter(topology.host_of).values())
+        overhead *= max(1.0, crowd / cost.host_cores)
 
     def estimate(c: int) -> float:
         p = max(1.0, c / k)
         bandwidth = size * loads(c) / cost.link_efficiency
         serial = p * latency * forest.serial / IN_FLIGHT  # the rails' latencies in turn
         local = fanin * size / (roots * c) / topology.local_bandwidth  # last sums at a root
-        issue = c * sends * cost.message_overhead
+        issue = c * sends * overhead
         return (bandwidth * (1 + DRAIN * waits / p) + (p + depth) * latency + serial
                 + local + issue)
 
