@@ -4,13 +4,15 @@ and the calibration recovers a known model from the times it predicts."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import TopologyError
-from ccweave.profile.calibrate import Workload, fit, workloads
+from ccweave.profile.calibrate import Workload, fit, per_message_term, workloads
 from ccweave.schedule import Schedule, Transfer
 from ccweave.simulate import simulate
 from ccweave.topology import io as topology_io
@@ -163,9 +165,19 @@ def test_bad_cost_models_are_refused_naming_the_field(bad, words):
         from_dict(bad, "machine.json")
 
 
-def test_a_fit_at_the_low_end_says_none_and_trees_then_keeps_large_messages():
+def test_a_per_message_term_at_the_fits_low_end_is_none():
     """The shared-NIC testbed's fit stopped at 0.10001 us overhead and latency (the bound
     is 0.1 us): printed as a cost, it let trees cut 16 MB into 2 KB messages (20x slow)."""
+    bound = math.log(1e-7)
+    assert per_message_term(math.log(0.10001e-6), bound) == 0.0
+    assert per_message_term(math.log(0.19e-6), bound) == 0.0
+    assert per_message_term(math.log(0.3e-6), bound) == pytest.approx(0.3e-6)
+    assert per_message_term(math.log(87e-6), bound) == pytest.approx(87e-6)
+
+
+def test_a_fit_of_a_machine_without_per_message_costs_keeps_large_trees_messages():
+    """Times from a model of links and FIFO connections only: the fit finds no overhead
+    or latency, and trees then keeps its 64 KiB floor."""
     from ccweave.synth import synthesize
     from ccweave.synth.forest.strategy import MIN_MESSAGE_BYTES
 

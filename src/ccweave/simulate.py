@@ -412,10 +412,8 @@ def _run(plan: _Plan) -> tuple[list[float], list[float], list[float], list[int],
     dirty: set[int] = set()
     for index in range(count):
         if not pending[index]:
-            if overhead:  # ranks issue their transfers one after another
-                when = issue(src_of[index], 0.0) + alpha[index]
-            else:
-                when = alpha[index]
+            # ranks issue their transfers one after another
+            when = (issue(src_of[index], 0.0) if overhead else 0.0) + alpha[index]
             bucket = starts.get(when)
             if bucket is None:
                 starts[when] = [index]
