@@ -307,3 +307,23 @@ def test_python_api_errors_are_ccweave_errors():
         synthesize("ring:4", "allreduce")
     with pytest.raises(CCWeaveError, match="finite number"):
         simulate(synthesize(topo, "allreduce"), topo, 10**400)
+
+
+def test_an_error_reaches_stderr_as_one_write_of_a_whole_line(monkeypatch):
+    """A job's ranks share the launcher's stderr: an error line written in two pieces
+    (``print`` sends the newline on its own) ran into another rank's line, and the
+    launcher's reader lost one rank's error (a killed-rank test failed on it)."""
+    writes: list[str] = []
+
+    class Recorder:
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr(sys, "stderr", Recorder())
+    assert main(["topo", "show", "no-such-machine"]) == 2
+    assert writes and all(text.endswith("\n") and text.count("\n") == 1 for text in writes)
+    assert writes[0].startswith("ccweave: error: ")

@@ -127,7 +127,8 @@ def test_every_transfer_takes_at_least_its_costed_idle_time(data):
     cost = CostModel(data.draw(st.sampled_from([0.0, 1e-6, 1e-4])),
                      data.draw(st.sampled_from([0.0, 1e-5])),
                      data.draw(st.sampled_from([None, 1e9, 1e11])),
-                     data.draw(st.booleans()), data.draw(st.sampled_from([0.5, 1.0])))
+                     data.draw(st.booleans()), data.draw(st.sampled_from([0.5, 1.0])),
+                     host_cores=data.draw(st.sampled_from([None, 1, 2])))
     machine = topology.with_cost(cost, (tuple(topology.ranks),))
     size = 4 * MB
     result = simulate(schedule, machine, size)

@@ -13,7 +13,7 @@ import pkgutil
 import sys
 
 from ccweave import __version__, commands
-from ccweave.errors import CCWeaveError, Interrupted, printable
+from ccweave.errors import CCWeaveError, Interrupted, printable, say
 
 
 def _command_modules() -> list:
@@ -48,13 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except Interrupted as error:
-        print(f"ccweave: {printable(error)}", file=sys.stderr)
+        say(f"ccweave: {printable(error)}")
         return 128 + error.signal_number
     except CCWeaveError as error:
-        print(f"ccweave: error: {printable(error)}", file=sys.stderr)
+        say(f"ccweave: error: {printable(error)}")
         return 2
     except KeyboardInterrupt:
-        print("ccweave: interrupted", file=sys.stderr)
+        say("ccweave: interrupted")
         return 130
 
 

@@ -5,6 +5,8 @@ Every message names the input (file, field, argument) and says how to fix it.
 
 from __future__ import annotations
 
+import sys
+
 _CONTROL = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7f, 0xa0))}
 
 
@@ -14,6 +16,14 @@ def printable(text: object) -> str:
     and arguments print as themselves and an error stays one line."""
     shown = str(text).translate(_CONTROL)
     return shown.encode("utf-8", "backslashreplace").decode("utf-8")  # lone surrogates too
+
+
+def say(line: str) -> None:
+    """Write ``line`` and its newline to stderr in one write. The ranks of a job share
+    the launcher's stderr, and ``print`` sends the newline in a write of its own (stderr
+    is write-through): two ranks' errors then ran into one line."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 class CCWeaveError(Exception):

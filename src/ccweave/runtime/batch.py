@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ccweave import schedule as schedule_io
 from ccweave.collectives import Collective, Kind
-from ccweave.errors import CCWeaveError, InputError, NotApplicableError, printable
+from ccweave.errors import CCWeaveError, InputError, NotApplicableError, printable, say
 from ccweave.runtime.layout import layout_for_bytes
 from ccweave.runtime.measure import Options, Result, Runner, measure_call, parse_dtype, type_name
 from ccweave.runtime.native import native_call, native_name
@@ -227,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             fail_fast(lost_peers(job.rank, error))
         disconnect(transport)
     except CCWeaveError as error:
-        print(f"ccweave: error: {printable(error)}", file=sys.stderr)
+        say(f"ccweave: error: {printable(error)}")
         return 2
     if job.rank == 0:
         Path(args.output).write_text(json.dumps(results))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import NoReturn
 
-from ccweave.errors import CCWeaveError, InputError, RuntimeFault, printable
+from ccweave.errors import CCWeaveError, InputError, RuntimeFault, printable, say
 from ccweave.runtime.transport.base import Transport
 
 BACKENDS = ("gloo", "nccl", "mpi")
@@ -149,7 +149,7 @@ def connect(backend: str, job: JobEnv, timeout: float = 60.0) -> Transport:
     if not job.hosted_store and job.rank == 0:
         store, exposed = job_store.host(addr, port, job.world_size, wait)
         if exposed:
-            print(f"ccweave: rank 0: {exposed}", file=sys.stderr, flush=True)
+            say(f"ccweave: rank 0: {exposed}")
     else:
         store = job_store.join(addr, port, job.world_size, wait, job.rank)
     job_store.register(store, job.rank, "joined", where)
@@ -229,5 +229,5 @@ def fail_fast(error: CCWeaveError) -> NoReturn:
     """Print ``error`` as the CLI does and leave at once (exit 2): a process group with a
     dead peer can hang in its destructor, which would keep this rank alive."""
     sys.stdout.flush()
-    print(f"ccweave: error: {printable(error)}", file=sys.stderr, flush=True)
+    say(f"ccweave: error: {printable(error)}")
     os._exit(2)
