@@ -264,12 +264,12 @@ class Testbed:
 
 def _tbf(port: Port) -> str:
     """A token bucket at the port's payload rate (frames counted: see WIRE_PER_PAYLOAD);
-    a burst of :data:`BURST_S` of traffic, at least two frames."""
+    a burst of :data:`BURST_S` of traffic, at least two frames; the port's queue depth."""
     assert port.rate_bps is not None
     wire = port.rate_bps * WIRE_PER_PAYLOAD
     burst = max(int(wire * BURST_S), 2 * (MTU + _ETHERNET_HEADER))
     return (f"qdisc add dev {port.device} root tbf rate {int(wire * 8)}bit burst {burst} "
-            "latency 100ms")
+            f"latency {round(port.queue_s * 1000)}ms")
 
 
 def fresh_tag() -> str:
