@@ -5,6 +5,9 @@ machines are synthesized from one box."""
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -313,3 +316,16 @@ def test_lifted_forest_spans_and_fits():
     assert link_loads_fit(topology, forest)
     assert forest.seconds_per_byte == pytest.approx(forest.optimal_seconds_per_byte)
     assert forest.depth == 2
+
+
+def test_a_multi_box_forest_is_the_same_in_every_process():
+    """The box's fabric nodes keep their order: with a set, string hashing (random per
+    process) renumbered them and ndv2:2's trees came out different in each process."""
+    code = ("import hashlib; from ccweave.synth import synthesize; "
+            "from ccweave.topology import zoo; "
+            "s = synthesize(zoo.get('ndv2:2'), 'allgather', 'trees', chunks=16); "
+            "print(hashlib.sha256(repr(s.transfers).encode()).hexdigest())")
+    digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+               for seed in ("1", "2", "3")}
+    assert len(digests) == 1

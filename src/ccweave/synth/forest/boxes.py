@@ -186,7 +186,8 @@ def _box_topology(topology: Topology, nodes: list[Node], ranks: Sequence[int],
     keep = {*nodes, shared}
     links = tuple(Link(rename(lk.src), rename(lk.dst), lk.bandwidth, lk.alpha, lk.kind)
                   for lk in topology.links if lk.src in keep and lk.dst in keep)
-    fabric = {str(node): topology.kind(node) for node in keep if not topology.is_rank(node)}
+    fabric = {str(node): topology.kind(node) for node in (*nodes, shared)  # in order: the
+              if not topology.is_rank(node)}  # box's vertex numbers follow it
     return Topology(f"{topology.name}/box", len(ranks), links, fabric)
 
 
