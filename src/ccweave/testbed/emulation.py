@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ccweave.errors import InputError
-from ccweave.topology.model import Link, Node, NodeKind, Topology
+from ccweave.topology.model import Link, Node, Topology
 
 DEFAULT_MAX_RATE_MBIT = 400.0
 """The fastest link the emulation shapes: 8 ranks of a 2-core host move about that much
@@ -39,14 +39,16 @@ MIN_RATE_MBIT = 1.0
 MTU = 9000
 """veth MTU: large frames cut the per-packet CPU cost of forwarding and shaping."""
 MAX_NAMESPACES = 1000
-QUEUE_S = 0.1
-"""A shaped port queues at most this many seconds of its rate and drops beyond it."""
-HOST_NIC_QUEUE_S = 1.0
-"""The queue of a NIC node's ports. On a real host the NIC's egress queue is the host's
-own: TCP feels it fill and its sender waits. Here the NIC is a namespace behind a veth, so
-the sender cannot feel it and a shallow queue drops instead (trees' 64 MB allgather on the
-shared NIC: 1734 drops at 100 ms and 2.9-4.5 s a run; none at 300 ms or 1 s and
-2.8-2.9 s). A queue that never fills stands in for that back-pressure."""
+RANK_QUEUE_S = 0.1
+"""A rank's own port queues at most this many seconds of its rate: the rank's TCP sits on
+that queue and backs off when it fills (a local drop is no retransmission timeout)."""
+FABRIC_QUEUE_S = 1.0
+"""A fabric node's ports queue this much: they stand for fabrics that do not lose packets
+(NVLink, PCIe and CPU links by design, InfiniBand by credits, RoCE by PFC; a host's own
+NIC queue back-pressures its TCP). Behind a veth the sender cannot feel a fabric node's
+queue, so a shallow one drops instead, and a lost tail waits for TCP's retransmission:
+100 ms queues dropped 1734 packets at a shared NIC in one 64 MB trees allgather (runs of
+2.9-4.5 s; none and 2.8-2.9 s with 1 s) and 488-1108 at mist's cpu1."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class Port:
     device: str
     mac: str
     rate_bps: float | None
-    queue_s: float = QUEUE_S
+    queue_s: float = RANK_QUEUE_S
 
 
 @dataclass(frozen=True)
@@ -256,7 +258,7 @@ def emulate(topology: Topology, *, max_rate_mbit: float = DEFAULT_MAX_RATE_MBIT,
         for here, there, side in ((a, b, 1), (b, a, 2)):
             back = topology.link(here, there)
             rate = back.bandwidth * scale if back is not None else None
-            queue = HOST_NIC_QUEUE_S if topology.kind(here) is NodeKind.NIC else QUEUE_S
+            queue = RANK_QUEUE_S if topology.is_rank(here) else FABRIC_QUEUE_S
             ports.append(Port(here, f"n{index[there]}", _mac(number, side), rate, queue))
         wires[key] = Wire(*ports)
         ends[a, b], ends[b, a] = ports
