@@ -104,18 +104,23 @@ def test_each_direction_is_shaped_at_its_links_bandwidth_times_the_scale():
     assert scaled.to_machine_time(2.0) == pytest.approx(2.0 * scaled.scale)
 
 
-def test_fabric_ports_queue_deep_enough_not_to_drop_and_ranks_own_ports_stay_shallow():
-    from ccweave.testbed.emulation import FABRIC_QUEUE_S, RANK_QUEUE_S
+def test_a_hosts_fabric_queues_deep_enough_not_to_drop_ranks_and_switches_stay_shallow():
+    from ccweave.testbed.emulation import HOST_QUEUE_S, QUEUE_S
     from ccweave.testbed.netns import _tbf
 
     topology = topology_io.load(SHARED_NIC)
     ports = [port for wire in emulate(topology).wires for port in (wire.a, wire.b)]
     for port in ports:
-        assert port.queue_s == (RANK_QUEUE_S if topology.is_rank(port.node) else FABRIC_QUEUE_S)
+        nic = topology.kind(port.node) is NodeKind.NIC
+        assert port.queue_s == (HOST_QUEUE_S if nic else QUEUE_S)
         if port.rate_bps is not None:
             assert f"latency {round(port.queue_s * 1000)}ms" in _tbf(port)
-    assert sum(p.queue_s == FABRIC_QUEUE_S for p in ports) == 2 * 5 + 2  # NICs' and net's
-    assert FABRIC_QUEUE_S >= 10 * RANK_QUEUE_S
+    assert sum(p.queue_s == HOST_QUEUE_S for p in ports) == 2 * (4 + 1)  # the NICs' ports
+    mist = topology_io.load("mist")
+    cpus = [port for wire in emulate(mist).wires for port in (wire.a, wire.b)
+            if not mist.is_rank(port.node)]
+    assert cpus and all(port.queue_s == HOST_QUEUE_S for port in cpus)
+    assert HOST_QUEUE_S >= 10 * QUEUE_S
 
 
 class _Detour(Topology):

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ccweave.errors import InputError
-from ccweave.topology.model import Link, Node, Topology
+from ccweave.topology.model import Link, Node, NodeKind, Topology
 
 DEFAULT_MAX_RATE_MBIT = 400.0
 """The fastest link the emulation shapes: 8 ranks of a 2-core host move about that much
@@ -39,16 +39,18 @@ MIN_RATE_MBIT = 1.0
 MTU = 9000
 """veth MTU: large frames cut the per-packet CPU cost of forwarding and shaping."""
 MAX_NAMESPACES = 1000
-RANK_QUEUE_S = 0.1
-"""A rank's own port queues at most this many seconds of its rate: the rank's TCP sits on
-that queue and backs off when it fills (a local drop is no retransmission timeout)."""
-FABRIC_QUEUE_S = 1.0
-"""A fabric node's ports queue this much: they stand for fabrics that do not lose packets
-(NVLink, PCIe and CPU links by design, InfiniBand by credits, RoCE by PFC; a host's own
-NIC queue back-pressures its TCP). Behind a veth the sender cannot feel a fabric node's
-queue, so a shallow one drops instead, and a lost tail waits for TCP's retransmission:
-100 ms queues dropped 1734 packets at a shared NIC in one 64 MB trees allgather (runs of
-2.9-4.5 s; none and 2.8-2.9 s with 1 s) and 488-1108 at mist's cpu1."""
+QUEUE_S = 0.1
+"""A rank's or a switch's port queues at most this many seconds of its rate. A rank's
+TCP sits on its own queue and backs off when it fills; at a switch TCP sees loss, as on a
+real network, and a deeper queue there only fills up (1 s at every fabric port: the rail
+machine's 16 MB allreduce took 593 ms, against 516-527 ms in six benches at 100 ms)."""
+HOST_QUEUE_S = 1.0
+"""The ports of a host's own fabric (NIC, CPU, PCIe switch) queue this much. On the real
+host those queues do not lose packets (PCIe and CPU links by design; a NIC's queue is the
+host's, and back-pressures its TCP), but behind a veth a sender cannot feel them, and a
+shallow queue drops instead: a lost tail waits for TCP's retransmission. At 100 ms the
+shared NIC dropped 1734 packets in one 64 MB trees allgather (runs of 2.9-4.5 s; with 1 s
+none, 2.8-2.9 s) and mist's cpu1 488 and 1108 in two benches."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class Port:
     device: str
     mac: str
     rate_bps: float | None
-    queue_s: float = RANK_QUEUE_S
+    queue_s: float = QUEUE_S
 
 
 @dataclass(frozen=True)
@@ -258,7 +260,8 @@ def emulate(topology: Topology, *, max_rate_mbit: float = DEFAULT_MAX_RATE_MBIT,
         for here, there, side in ((a, b, 1), (b, a, 2)):
             back = topology.link(here, there)
             rate = back.bandwidth * scale if back is not None else None
-            queue = RANK_QUEUE_S if topology.is_rank(here) else FABRIC_QUEUE_S
+            shallow = topology.is_rank(here) or topology.kind(here) is NodeKind.SWITCH
+            queue = QUEUE_S if shallow else HOST_QUEUE_S
             ports.append(Port(here, f"n{index[there]}", _mac(number, side), rate, queue))
         wires[key] = Wire(*ports)
         ends[a, b], ends[b, a] = ports
