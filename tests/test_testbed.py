@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from ccweave.errors import InputError
 from ccweave.profile import Profile, flat
 from ccweave.testbed import Testbed, clear_leftovers, emulate, run_ranks, unavailable_reason
-from ccweave.testbed.emulation import Emulation, scale_for
+from ccweave.testbed.emulation import HOST_QUEUE_S, QUEUE_S, Emulation, scale_for
+from ccweave.testbed.netns import _tbf
 from ccweave.topology import io as topology_io
 from ccweave.topology.model import Link, NodeKind, Topology
 from tests.strategies import topologies
@@ -105,9 +106,6 @@ def test_each_direction_is_shaped_at_its_links_bandwidth_times_the_scale():
 
 
 def test_a_hosts_fabric_queues_deep_enough_not_to_drop_ranks_and_switches_stay_shallow():
-    from ccweave.testbed.emulation import HOST_QUEUE_S, QUEUE_S
-    from ccweave.testbed.netns import _tbf
-
     topology = topology_io.load(SHARED_NIC)
     ports = [port for wire in emulate(topology).wires for port in (wire.a, wire.b)]
     for port in ports:
