@@ -78,6 +78,26 @@ def test_a_message_that_comes_before_its_receive_is_kept():
         assert torch.equal(out, torch.arange(1000, dtype=torch.float32) * k)
 
 
+def test_a_landed_message_is_heard_of_beside_finished_sends():
+    """A rank whose sends finish at once still reads what has arrived in the same wait:
+    the executor must hear of the receive that gates its next step (on the rail testbed
+    trees' first reductions waited ~100 ms behind later chunks' sends)."""
+    def work(transport):
+        if transport.rank == 1:
+            transport.wait_some([transport.isend(torch.ones(1000), 0, tag=1)], 10.0)
+            transport.wait_some([transport.irecv(torch.empty(10), 0, tag=2)], 10.0)
+            return None
+        out = torch.empty(1000)
+        receive = transport.irecv(out, 1, tag=1)  # the lower rank dials: connected now
+        time.sleep(0.3)  # the message is in this rank's socket
+        send = transport.isend(torch.ones(10), 1, tag=2)  # into the kernel at once
+        return transport.wait_some([send, receive], 10.0), out
+
+    (done, out), _ = over_sockets(2, work)
+    assert done == [0, 1]
+    assert torch.equal(out, torch.ones(1000))
+
+
 def test_channels_and_pinned_routes_each_get_a_connection():
     routes = {(0, 1, ("rail1",)): ("127.0.0.1", "127.0.0.1")}
 
