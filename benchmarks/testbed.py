@@ -24,9 +24,11 @@ machine (``ddp``). Prints:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -50,11 +52,20 @@ ENV1 = {"OMP_NUM_THREADS": "1"}
 
 def ccweave(*argv: str, env: dict | None = None, json_out: bool = True) -> dict | str:
     command = [sys.executable, "-m", "ccweave.cli", *argv]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, **(env or {})})
-    if done.returncode not in (0, 1):
-        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout) if json_out else done.stdout
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          cwd=ROOT, env={**os.environ, **(env or {})}) as proc:
+        try:
+            out, err = proc.communicate()
+        except KeyboardInterrupt:  # let the command take its testbed down: subprocess.run
+            with contextlib.suppress(subprocess.TimeoutExpired):  # would SIGKILL it
+                proc.communicate(timeout=5)  # Ctrl-C reached it too
+            if proc.poll() is None:  # only this process was interrupted
+                proc.send_signal(signal.SIGINT)
+                proc.communicate(timeout=120)
+            raise
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}):\n{err[-3000:]}")
+    return json.loads(out) if json_out else out
 
 
 def parse_sizes(text: str) -> list[int]:

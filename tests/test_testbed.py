@@ -4,10 +4,15 @@ runs with 0 wrong elements, and the profiler recovers an emulated link's bandwid
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -206,6 +211,49 @@ def test_down_clears_what_a_killed_process_left():
     spaces, _ = clear_leftovers(emulation.tag)
     assert spaces == len(emulation.namespaces)
     assert not set(emulation.namespaces) & namespaces()
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids whose command line holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+    return found
+
+
+@needs_netns
+def test_ccweave_ranks_do_not_outlive_a_killed_launcher():
+    """A launcher killed outright (SIGKILL: no clean-up runs) takes its ranks with it;
+    its namespaces are left for ``down``. (A killed ``ccweave bench`` once left 8 ranks
+    running for minutes.)"""
+    marker = f"ccweave-orphan-check-{os.getpid()}"
+    rank = ("from ccweave.runtime.launch import die_with_parent; import time; "
+            f"die_with_parent(); time.sleep(60)  # {marker}")
+    launcher = ("from ccweave.testbed import Testbed, emulate, run_ranks\n"
+                "from tests.test_testbed import star\n"
+                "bed = Testbed(emulate(star([100, 100]), tag='tst5', subnet=206)).__enter__()\n"
+                f"run_ranks(bed, [{sys.executable!r}, '-c', {rank!r}], module=None, timeout=90)")
+    proc = subprocess.Popen([sys.executable, "-c", launcher])
+    try:
+        deadline = time.monotonic() + 30
+        while len(processes_with(marker)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)  # the launcher and its two ranks
+        assert len(processes_with(marker)) >= 3, "the ranks did not start"
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not processes_with(marker)
+    finally:
+        proc.kill()
+        for pid in processes_with(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        clear_leftovers("tst5")
 
 
 @needs_netns

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ccweave.errors import RuntimeFault
+from ccweave.runtime.job import LAUNCHER_PID
 from ccweave.testbed.netns import Testbed
 
 MASTER_PORT = 29517
@@ -62,8 +63,10 @@ def run_ranks(bed: Testbed, argv: Sequence[str], *, timeout: float = 300.0,
         logs = [Path(folder, f"rank{rank}.log") for rank in range(count)]
         try:
             for rank in range(count):
+                # ccweave's own ranks die with this process (runtime.launch.die_with_parent):
+                # a launcher killed outright left 8 ranks running in their namespaces
                 rank_env_ = dict(base, RANK=str(rank), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                                 **bed.env(rank))
+                                 **{LAUNCHER_PID: str(os.getpid())}, **bed.env(rank))
                 with open(logs[rank], "w") as log:
                     procs.append(subprocess.Popen(
                         bed.command(rank, command), env=rank_env_, stdout=log,
