@@ -225,7 +225,7 @@ def processes_with(marker: str) -> list[int]:
 
 
 @needs_netns
-def test_ccweave_ranks_do_not_outlive_a_killed_launcher():
+def test_ccweave_ranks_do_not_outlive_a_killed_launcher(tmp_path):
     """A launcher killed outright (SIGKILL: no clean-up runs) takes its ranks with it;
     its namespaces are left for ``down``. (A killed ``ccweave bench`` once left 8 ranks
     running for minutes.)"""
@@ -236,7 +236,9 @@ def test_ccweave_ranks_do_not_outlive_a_killed_launcher():
                 "from tests.test_testbed import star\n"
                 "bed = Testbed(emulate(star([100, 100]), tag='tst5', subnet=206)).__enter__()\n"
                 f"run_ranks(bed, [{sys.executable!r}, '-c', {rank!r}], module=None, timeout=90)")
-    proc = subprocess.Popen([sys.executable, "-c", launcher])
+    # the killed launcher's folder of rank logs stays behind: in tmp_path
+    proc = subprocess.Popen([sys.executable, "-c", launcher],
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
         deadline = time.monotonic() + 30
         while len(processes_with(marker)) < 3 and time.monotonic() < deadline:
