@@ -97,8 +97,8 @@ workloads did not show it. A host-driven runtime spends more on every message (a
 call alone is about a microsecond; ccweave's executor on the rail testbed 55-69 us), and
 where each calibration run waits on one slow link, as on the shared-NIC testbed, the fit
 has stopped at 0.10001 us (its lower bound) and at 0.68 us; trees then cut a 16 MB
-allreduce into 6 KB messages, 1.13x slower than hierarchical. With no per-message cost
-trees keeps 64 KiB messages."""
+allreduce into 6 KB messages, 1.13x slower than hierarchical-pipelined. With no
+per-message cost trees keeps 64 KiB messages."""
 
 
 def per_message_term(log_seconds: float) -> float:
