@@ -61,7 +61,10 @@ def ccweave(*argv: str, env: dict | None = None, json_out: bool = True) -> dict 
                 proc.communicate(timeout=5)  # Ctrl-C reached it too
             if proc.poll() is None:  # only this process was interrupted
                 proc.send_signal(signal.SIGINT)
-                proc.communicate(timeout=120)
+                try:
+                    proc.communicate(timeout=120)
+                except subprocess.TimeoutExpired:  # never wait on it forever
+                    proc.kill()
             raise
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}):\n{err[-3000:]}")
