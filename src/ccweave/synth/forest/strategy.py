@@ -4,6 +4,9 @@ The forest (rate, switch removal, packing) is computed once per topology; the si
 picks the pipeline: how many chunks each lane carries. Deeper pipelines shorten the fill
 and drain of the trees (about ``(depth - 1) / chunks`` of the time) but pay a latency per
 chunk on every hop, so at 64 KB a lane moves one chunk and at 1 GB dozens to hundreds.
+A closed-form estimate places the depth; where the schedule is small enough to simulate,
+halving or doubling its chunks while the simulation improves settles it, so a calibrated
+cost model (per-message costs, link efficiency) decides the depth as it decides ``auto``.
 """
 
 from __future__ import annotations
@@ -55,6 +58,14 @@ this big there (NCCL's simple protocol moves a few hundred KiB per step; sockets
 pay tens of microseconds a message)."""
 
 
+SIMULATED_TRANSFERS = 20_000
+"""Pipelines of at most this many transfers are tuned by simulation around the
+estimate's pick (a simulation of this many takes a fraction of a second)."""
+GAIN = 0.01
+"""A deeper or shallower pipeline replaces the estimate's only if it simulates at least
+this much faster (else the fewer transfers win)."""
+
+
 @register("trees", KINDS,
           "ForestColl's optimal spanning-tree packing: out-trees from every root reach the "
           "cut bound, chunks pipelined down them (RS: reversed trees; allreduce: RS+AG)",
@@ -74,6 +85,14 @@ def build_trees(topology: Topology, kind: Kind, *, root: int = 0, chunks: int | 
     require_kind(kind, KINDS, "trees")
     reject_options(options, "trees", ["size"])
     size = _size(options["size"]) if "size" in options else None
+    schedule = _build(topology, kind, root, chunks, size)
+    if chunks is None and size is not None:
+        schedule = _tuned(topology, kind, root, size, schedule)
+    return schedule
+
+
+def _build(topology: Topology, kind: Kind, root: int, chunks: int | None,
+           size: int | None) -> Schedule:
     if kind is Kind.ALLREDUCE:
         rs = _allgather(topology, chunks, size, Kind.REDUCESCATTER, Kind.ALLREDUCE)
         ag = _allgather(topology, rs.collective.chunks_per_rank, size, Kind.ALLGATHER)
@@ -82,6 +101,39 @@ def build_trees(topology: Topology, kind: Kind, *, root: int = 0, chunks: int | 
     if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
         return _allgather(topology, chunks, size, kind)
     return _broadcast(topology, root, chunks, size, kind)
+
+
+def _tuned(topology: Topology, kind: Kind, root: int, size: int,
+           schedule: Schedule) -> Schedule:
+    """The estimate's pipeline (``schedule``), or a neighbour that simulates faster.
+
+    The estimate (:func:`_pipeline`) places the optimum only roughly where a cost model
+    charges per message; from its pick, halving and doubling the chunks step by step
+    while the simulation improves finds the depth the simulator (the calibrated one
+    included) prefers. Schedules over :data:`SIMULATED_TRANSFERS` are not simulated."""
+    from ccweave.simulate import simulate
+
+    def seconds(candidate: Schedule) -> float:
+        return simulate(candidate, topology, size).time_s
+
+    if len(schedule.transfers) > SIMULATED_TRANSFERS or _messages_are_free(topology):
+        return schedule  # too big to simulate, or the simulator would cut it to dust
+    best, best_time = schedule, seconds(schedule)
+    per_chunk = len(schedule.transfers) / schedule.collective.chunks_per_rank
+    for step in (2.0, 0.5):
+        chunks = best.collective.chunks_per_rank
+        while True:
+            chunks = int(chunks * step)
+            if chunks < 1 or chunks * per_chunk > SIMULATED_TRANSFERS:
+                break
+            candidate = _build(topology, kind, root, chunks, size)
+            time = seconds(candidate)
+            if time >= best_time * (1 - GAIN):
+                break
+            best, best_time = candidate, time
+        if best is not schedule:
+            break  # doubling helped: no need to try halving
+    return best
 
 
 def _size(value: object) -> int:
@@ -181,7 +233,7 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
                  // max(1, roots * (n - 1)))
     candidates = sorted({*(2**i for i in range(16)), *(k * 2**i for i in range(16))})
     cost = topology.cost
-    if alpha == 0 and cost.message_overhead == 0 and cost.message_latency == 0:
+    if _messages_are_free(topology):
         budget = min(budget, max(1, int(size // (roots * MIN_MESSAGE_BYTES))))
     candidates = [c for c in candidates if c <= budget] or [1]
     latency = alpha + cost.message_latency
@@ -201,6 +253,14 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
                 + local + issue)
 
     return min(candidates, key=estimate)
+
+
+def _messages_are_free(topology: Topology) -> bool:
+    """The topology states no cost per message: every link's alpha is 0 and its cost
+    model has no message overhead or latency (see :data:`MIN_MESSAGE_BYTES`)."""
+    cost = topology.cost
+    return (all(link.alpha == 0 for link in topology.links) and cost.message_overhead == 0
+            and cost.message_latency == 0)
 
 
 def relays(forest: Forest) -> int:
