@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ccweave import schedule as schedule_io
 from ccweave.collectives import Collective, Kind
@@ -114,7 +114,37 @@ def batch_cases(entries: Sequence[Entry], sizes: Sequence[int], collective: Coll
                 scale: float = 1.0) -> list[Case]:
     """The cases one ``backend`` job runs: each distinct schedule at the sizes that use
     it, and the incumbent at every size; iterations per size from the prediction (or,
-    for an incumbent, the slowest prediction at that size)."""
+    for an incumbent, the slowest prediction at that size).
+
+    The ``reps`` repetitions are rounds: every case once per round, every other round in
+    reverse order, the first round after ``warmup`` untimed runs. A drift in the host's
+    load then falls on every schedule alike instead of on whichever ran during it (the
+    rows of one case are merged by :func:`median_row`)."""
+    once = _cases_once(entries, sizes, collective, backend, warmup, scale)
+    rounds = [once] + [[replace(case, warmup=0) for case in (once[::-1] if r % 2 else once)]
+                       for r in range(1, max(1, reps))]
+    return [case for round_ in rounds for case in round_]
+
+
+def median_row(rows: Sequence[dict]) -> dict:
+    """One case's rows from its rounds as one: the round of median out-of-place time
+    (the lower middle of an even count), its wrong elements the most any round found,
+    every round's time kept in ``round_times_us``."""
+    def time_of(row: dict) -> float:
+        return row["out_of_place"]["time_us"] or 0.0
+
+    ordered = sorted(rows, key=time_of)
+    middle = dict(ordered[(len(ordered) - 1) // 2])
+    wrongs = [row["out_of_place"]["wrong"] for row in rows
+              if row["out_of_place"]["wrong"] is not None]
+    middle["out_of_place"] = {**middle["out_of_place"],
+                              "wrong": max(wrongs) if wrongs else None}
+    middle["round_times_us"] = [time_of(row) for row in rows]
+    return middle
+
+
+def _cases_once(entries: Sequence[Entry], sizes: Sequence[int], collective: Collective,
+                backend: str, warmup: int, scale: float) -> list[Case]:
     cases: list[Case] = []
     seen: set[str] = set()
     slowest = {size: max((e.predicted[size] / scale for e in entries if not e.native),
@@ -125,7 +155,7 @@ def batch_cases(entries: Sequence[Entry], sizes: Sequence[int], collective: Coll
         for size in sizes:
             if entry.native:
                 cases.append(Case(case_name(entry, size), None, (size,), modes=(False,),
-                                  iters=iters_for(slowest[size]), warmup=warmup, reps=reps,
+                                  iters=iters_for(slowest[size]), warmup=warmup,
                                   native=collective))
                 continue
             schedule = entry.schedules[size]
@@ -135,7 +165,7 @@ def batch_cases(entries: Sequence[Entry], sizes: Sequence[int], collective: Coll
             seen.add(key)
             cases.append(Case(schedule_key(schedule, size), schedule, (size,),
                               modes=(False,), iters=iters_for(entry.predicted[size] / scale),
-                              warmup=warmup, reps=reps))
+                              warmup=warmup))
     return cases
 
 

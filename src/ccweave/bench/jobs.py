@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ccweave.bench.cases import median_row
 from ccweave.errors import InputError, RuntimeFault
 from ccweave.runtime import batch
 from ccweave.runtime.batch import Case
@@ -99,11 +100,12 @@ def site(topology: Topology, testbed: str = "netns", *, max_rate_mbit: float | N
 
 def run_jobs(place: Site, jobs: dict[str, list[Case]], *, timeout: float = 3600.0,
              on_progress: Lines | None = None) -> Measured:
-    """Run each backend's cases (``{"gloo": [...], "mpi": [...]}``) and collect the rows.
+    """Run each backend's cases (``{"gloo": [...], "mpi": [...]}``) and collect the rows
+    (a case run in several rounds gives one row, :func:`median_row`).
 
     ``on_progress`` hears each ``"i/n name size"`` rank 0 announces.
     """
-    rows: dict[str, dict] = {}
+    rounds: dict[str, list[dict]] = {}
     rss: dict[str, list[float]] = {}
 
     def follow(line: str) -> None:
@@ -122,8 +124,9 @@ def run_jobs(place: Site, jobs: dict[str, list[Case]], *, timeout: float = 3600.
         if not out_path.exists():
             raise RuntimeFault(f"the {backend} job ended without results (errors above)")
         for row in json.loads(out_path.read_text()):
-            rows[row["case"]] = row
+            rounds.setdefault(row["case"], []).append(row)
         rss[backend] = json.loads(Path(f"{out_path}.rss").read_text())
+    rows = {name: median_row(group) for name, group in rounds.items()}
     return Measured(rows, rss, place.scale, place.testbed)
 
 

@@ -37,7 +37,8 @@ def add_parser(subparsers) -> None:
                         help="fastest emulated link (Mbit/s, default 400); faster machines "
                              "are scaled down and every time scaled back")
     parser.add_argument("--reps", type=int, default=3,
-                        help="timed repetitions per measurement, median kept (default 3)")
+                        help="rounds: every schedule timed once per round, every other round "
+                             "in reverse order; median round kept (default 3)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
     parser.add_argument("--root", type=int, default=0, help="root of rooted collectives")
     parser.add_argument("--option", action="append", metavar="STRATEGY:KEY=VALUE",
