@@ -259,6 +259,40 @@ def test_ccweave_ranks_do_not_outlive_a_killed_launcher(tmp_path):
 
 
 @needs_netns
+def test_a_sigterm_to_the_command_tears_the_testbed_down(tmp_path):
+    """``kill``, a job scheduler or ``timeout`` stop a command as Ctrl-C does: ranks
+    stopped, namespaces removed, exit 143 (it once left a bench's 11 namespaces)."""
+    marker = f"ccweave-sigterm-check-{os.getpid()}"
+    path = tmp_path / "pair.json"
+    path.write_text(json.dumps({"name": "pair", "ranks": 2, "fabric": {"sw": "switch"},
+                                "links": [{"src": r, "dst": "sw", "bw_GBps": 0.0125,
+                                           "duplex": True} for r in range(2)]}))
+    before = namespaces()
+    rank = f"import time; time.sleep(60)  # {marker}"
+    proc = subprocess.Popen([sys.executable, "-m", "ccweave.cli", "testbed", "run", str(path),
+                             "--", sys.executable, "-c", rank],
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        deadline = time.monotonic() + 30
+        while len(processes_with(marker)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(processes_with(marker)) >= 2, "the ranks did not start"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert "interrupted (SIGTERM)" in err
+        assert namespaces() == before
+        assert not processes_with(marker)
+        assert not list(tmp_path.glob("ccweave-*"))
+    finally:
+        proc.kill()
+        for pid in processes_with(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@needs_netns
 def test_profile_recovers_the_emulated_bandwidth(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "profile.json"

@@ -8,12 +8,18 @@ Errors ccweave raises on purpose become one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import pkgutil
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 from ccweave import __version__, commands
 from ccweave.errors import CCWeaveError, Interrupted, printable, say
+from ccweave.runtime.job import LAUNCHER_PID
 
 
 def _command_modules() -> list:
@@ -42,11 +48,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM (``kill``, a job scheduler, ``timeout``) stops a command as Ctrl-C does:
+    its ranks stopped, a testbed's namespaces and temporary folders removed, exit 143.
+    Its default action ended ``ccweave bench`` at once and left 11 namespaces behind.
+    Ranks a ccweave launcher started keep the default: their launcher cleans up."""
+    if (threading.current_thread() is not threading.main_thread()
+            or LAUNCHER_PID in os.environ):
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise Interrupted(f"interrupted ({signal.Signals(signum).name})", signum)
+
+    old = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.run(args) or 0)
+        with _sigterm_unwinds():
+            return int(args.run(args) or 0)
     except Interrupted as error:
         say(f"ccweave: {printable(error)}")
         return 128 + error.signal_number
