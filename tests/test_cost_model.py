@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import TopologyError
-from ccweave.profile.calibrate import Workload, fit, per_message_term, term_is_shown, workloads
+from ccweave.profile.calibrate import (
+    ISSUE_SIZE,
+    Workload,
+    fit,
+    per_message_term,
+    term_is_shown,
+    workloads,
+)
 from ccweave.schedule import Schedule, Transfer
 from ccweave.simulate import simulate
 from ccweave.topology import io as topology_io
@@ -219,6 +226,25 @@ def test_a_host_limit_that_explains_one_workload_a_little_is_not_fitted():
     found = fit(topology, loads, hosts).cost
     assert found.host_bandwidth is None
     assert found.link_efficiency == pytest.approx(0.9, rel=0.05)
+
+
+def test_one_calibration_workload_shows_the_overhead_that_a_latency_cannot_stand_in_for():
+    """Behind the shared NIC every chain of messages let a latency stand in for an
+    overhead (fitted: 2.2 us and 218 us); the 16 KB trees allgather of 16 chunks a root
+    is many messages at once: the overhead sets its time, a latency barely moves it."""
+    topology = topology_io.load("examples/topologies/shared-nic-2x4.json")
+    hosts = (tuple(topology.ranks),)
+    [load] = [w for w in workloads(topology, ()) if w.size_bytes == ISSUE_SIZE]
+
+    def seconds(**terms) -> float:
+        machine = topology.with_cost(CostModel(connection_fifo=True, host_cores=2, **terms),
+                                     hosts)
+        return simulate(load.schedule, machine, load.size_bytes).time_s
+
+    plain = seconds()
+    assert seconds(message_overhead=50e-6) > 2 * seconds(message_latency=200e-6)
+    assert seconds(message_latency=200e-6) < plain + 2 * 200e-6
+    assert seconds(message_overhead=50e-6) > plain + 10e-3
 
 
 @pytest.mark.parametrize("cores", [2, 4])

@@ -27,25 +27,32 @@ from ccweave.simulate import simulate
 from ccweave.topology.cost import CostModel
 from ccweave.topology.model import Topology
 
-WORKLOADS = ((Kind.ALLTOALL, "direct", {}),
-             (Kind.ALLGATHER, "ring", {"chunks": 8}),
-             (Kind.ALLREDUCE, "double-binary-tree", {"chunks": 16}),
-             (Kind.ALLREDUCE, "ring", {"chunks": 16}),
-             (Kind.ALLREDUCE, "ring", {"channels": 1, "chunks": 1}),
-             (Kind.ALLGATHER, "ring", {"channels": 1, "chunks": 128}))
-"""Every rank to every other at once (the hosts' CPUs); rings on every channel; two trees
+ISSUE_SIZE = 16 << 10
+"""The size of the workload that shows each message's overhead: small enough that its
+bytes take little time even on a slow shared link."""
+WORKLOADS = ((Kind.ALLTOALL, "direct", {}, None),
+             (Kind.ALLGATHER, "ring", {"chunks": 8}, None),
+             (Kind.ALLREDUCE, "double-binary-tree", {"chunks": 16}, None),
+             (Kind.ALLREDUCE, "ring", {"chunks": 16}, None),
+             (Kind.ALLREDUCE, "ring", {"channels": 1, "chunks": 1}, None),
+             (Kind.ALLGATHER, "trees", {"chunks": 16}, (ISSUE_SIZE,)))
+"""(collective, strategy, options, the workload's own sizes or ``None``: the calibration's.)
+Every rank to every other at once (the hosts' CPUs); rings on every channel; two trees
 pipelining 16 chunks each, long chains of dependent small messages (each message's
-latency and overhead); one plain ring (what the links alone explain); one ring of 128
-chunks a rank, so many messages that their overhead can show where a slow shared link
-hides it in the others. On a 100 Mbit/s NIC shared by 4 ranks
-(examples/topologies/shared-nic-2x4.json) the fit is still not stable: with that ring it
-found 75 us once, 22 us once, none twice and 0.68 us once (see
-:data:`PER_MESSAGE_RESOLUTION`); with the ring at 64 KiB instead (64-byte messages) it put
-2.5 ms on each message's latency and 1.2 us on its overhead, predicting hierarchical 54%
-slow. Adding trees' allreduce (every link of every rank busy at once: on the rail testbed
-8 ranks on 2 cores move at most ~0.8 GB/s between them, which no workload here shows) did
-not help: refitted offline on a run's measurements, it moved 0.4 ms onto message latency
-and found no host term."""
+latency and overhead); one plain ring (what the links alone explain); and many messages
+that every rank issues at once, whose bytes take no time: trees' allgather of 16 chunks a
+root at :data:`ISSUE_SIZE` (904 messages of 128 bytes on 8 ranks, a few trees' levels
+deep), which only each message's overhead explains. In a long chain a latency stands in
+for an overhead: behind a 100 Mbit/s NIC shared by 4 ranks
+(examples/topologies/shared-nic-2x4.json) the fits without that workload found 75 us once,
+22 us once, none twice, 0.68 us once (see :data:`PER_MESSAGE_RESOLUTION`) and 2.2 us with
+218 us of latency, with which trees cut a 1 MB allreduce into 42 chunks a rank, 2.51x the
+fastest schedule measured. (The ring allgather of 128 chunks a rank it replaces was meant
+to be many messages; a ring sends each step's chunks as one message: 64 messages.) With
+a ring at 64 KiB (64-byte messages, one chain) the fit put 2.5 ms on each message's
+latency and 1.2 us on its overhead, predicting hierarchical 54% slow. Adding trees'
+allreduce at 1 and 16 MB (every link of every rank busy at once) moved 0.4 ms onto
+message latency and found no host term."""
 DEFAULT_SIZES = (1 << 20, 16 << 20)
 
 
@@ -59,14 +66,15 @@ class Workload:
 
 
 def workloads(topology: Topology, sizes: Sequence[int] = DEFAULT_SIZES) -> list[Workload]:
-    """The calibration schedules that build on ``topology``, at each size."""
+    """The calibration schedules that build on ``topology``, at each size (or at their
+    own)."""
     found = []
-    for kind, strategy, options in WORKLOADS:
+    for kind, strategy, options, own in WORKLOADS:
         try:
             schedule = build_verified(topology, kind, strategy, **options)
         except NotApplicableError:
             continue
-        found += [Workload(schedule, size) for size in sizes]
+        found += [Workload(schedule, size) for size in own or sizes]
     return found
 
 
