@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import TopologyError
 from ccweave.profile.calibrate import (
-    ISSUE_SIZE,
+    OVERHEAD_PROBE_BYTES,
     Workload,
     fit,
     per_message_term,
@@ -234,7 +234,7 @@ def test_one_calibration_workload_shows_the_overhead_that_a_latency_cannot_stand
     is many messages at once: the overhead sets its time, a latency barely moves it."""
     topology = topology_io.load("examples/topologies/shared-nic-2x4.json")
     hosts = (tuple(topology.ranks),)
-    [load] = [w for w in workloads(topology, ()) if w.size_bytes == ISSUE_SIZE]
+    [load] = [w for w in workloads(topology, ()) if w.size_bytes == OVERHEAD_PROBE_BYTES]
 
     def seconds(**terms) -> float:
         machine = topology.with_cost(CostModel(connection_fifo=True, host_cores=2, **terms),

@@ -27,7 +27,7 @@ from ccweave.simulate import simulate
 from ccweave.topology.cost import CostModel
 from ccweave.topology.model import Topology
 
-ISSUE_SIZE = 16 << 10
+OVERHEAD_PROBE_BYTES = 16 << 10
 """The size of the workload that shows each message's overhead: small enough that its
 bytes take little time even on a slow shared link."""
 WORKLOADS = ((Kind.ALLTOALL, "direct", {}, None),
@@ -35,14 +35,14 @@ WORKLOADS = ((Kind.ALLTOALL, "direct", {}, None),
              (Kind.ALLREDUCE, "double-binary-tree", {"chunks": 16}, None),
              (Kind.ALLREDUCE, "ring", {"chunks": 16}, None),
              (Kind.ALLREDUCE, "ring", {"channels": 1, "chunks": 1}, None),
-             (Kind.ALLGATHER, "trees", {"chunks": 16}, (ISSUE_SIZE,)))
+             (Kind.ALLGATHER, "trees", {"chunks": 16}, (OVERHEAD_PROBE_BYTES,)))
 """(collective, strategy, options, the workload's own sizes or ``None``: the calibration's.)
 Every rank to every other at once (the hosts' CPUs); rings on every channel; two trees
 pipelining 16 chunks each, long chains of dependent small messages (each message's
 latency and overhead); one plain ring (what the links alone explain); and many messages
 that every rank issues at once, whose bytes take no time: trees' allgather of 16 chunks a
-root at :data:`ISSUE_SIZE` (904 messages of 128 bytes on 8 ranks, a few trees' levels
-deep), which only each message's overhead explains. In a long chain a latency stands in
+root at :data:`OVERHEAD_PROBE_BYTES` (904 messages of 128 bytes on 8 ranks, a few trees'
+levels deep), which only each message's overhead explains. In a long chain a latency stands in
 for an overhead: behind a 100 Mbit/s NIC shared by 4 ranks
 (examples/topologies/shared-nic-2x4.json) the fits without that workload found 75 us once,
 22 us once, none twice, 0.68 us once (see :data:`PER_MESSAGE_RESOLUTION`) and 2.2 us with
@@ -206,7 +206,7 @@ def term_is_shown(loss_with: float, loss_without: float, count: int) -> bool:
     """Whether an optional term of the fit earns its place: dropping it (the others
     refitted) must cost the fit more than the Bayesian information criterion's price of
     one parameter, ``count * ln(loss_without / loss_with) >= ln(count)`` over ``count``
-    measured workloads (12 workloads: the loss must grow by more than 23%).
+    measured workloads (11, the calibration's: the loss must grow by more than 24%).
 
     Applied to the host limit. On the emulated mist machine the fit put 0.13 GB/s (scaled)
     there to explain the direct alltoall's 0.88 s (the links give 0.78 s), a local optimum
