@@ -168,32 +168,40 @@ def fit(topology: Topology, loads: Sequence[Workload], hosts: tuple[tuple[int, .
               (bounds[3][0], math.log(1e-5), math.log(3e-4))]
     grid = sorted((loss(model_of(point)), point) for point in itertools.product(*levels))
     low_x, high_x = zip(*bounds)
+
+    def refine(point: Sequence[float], fixed: dict[int, float] | None = None
+               ) -> tuple[float, list[float]]:
+        """Least squares from ``point`` over the parameters not ``fixed`` (index: value):
+        the loss and the point found."""
+        fixed = fixed or {}
+        free = [i for i in range(len(point)) if i not in fixed]
+
+        def full(v: Sequence[float]) -> list[float]:
+            whole = [fixed.get(i, 0.0) for i in range(len(point))]
+            for i, value in zip(free, v):
+                whole[i] = value
+            return whole
+
+        start = [min(max(point[i], low_x[i] + 1e-6), high_x[i] - 1e-6) for i in free]
+        solved = scipy.optimize.least_squares(
+            lambda v: residuals(model_of(full(v))), start,
+            bounds=([low_x[i] for i in free], [high_x[i] for i in free]), diff_step=0.05,
+            max_nfev=60)
+        return 2 * solved.cost, full(solved.x)
+
     best, x = grid[0][0], list(grid[0][1])
     for number, (_, point) in enumerate(grid[:starts]):
         if progress:
             progress(f"fitting the cost model, start {number + 1} of {starts}")
-        start = [min(max(v, lo + 1e-6), hi - 1e-6) for v, lo, hi in zip(point, low_x, high_x)]
-        refined = scipy.optimize.least_squares(lambda v: residuals(model_of(v)), start,
-                                               bounds=(low_x, high_x), diff_step=0.05,
-                                               max_nfev=60)
-        if 2 * refined.cost < best:
-            best, x = 2 * refined.cost, list(refined.x)
-
+        found, at = refine(point)
+        if found < best:
+            best, x = found, at
     if x[1] < unlimited:  # a host limit: kept only where the times show it
         if progress:
             progress("fitting the cost model without a host limit")
-        free = [0, 2, 3]
-
-        def without_host(v: Sequence[float]) -> list[float]:
-            return [v[0], high_x[1], v[1], v[2]]
-
-        start = [min(max(x[i], low_x[i] + 1e-6), high_x[i] - 1e-6) for i in free]
-        refined = scipy.optimize.least_squares(
-            lambda v: residuals(model_of(without_host(v))), start,
-            bounds=([low_x[i] for i in free], [high_x[i] for i in free]), diff_step=0.05,
-            max_nfev=60)
-        if not term_is_shown(best, 2 * refined.cost, len(measured)):
-            x = without_host(refined.x)
+        without, at = refine(x, {1: high_x[1]})
+        if not term_is_shown(best, without, len(measured)):
+            x = at
     cost = model_of(x)
     machine = topology.with_cost(cost, hosts)
     table = tuple((load.schedule.name, load.size_bytes,
