@@ -117,25 +117,29 @@ def bench_section(name: str, spec: str, target: float | None, kind: str, model: 
                 f"{summary['auto_schedule']} x{summary['auto_over_fastest']:.2f}")
         for base, ratio in summary["speedup"].items():
             line += f"; {ratio:.2f}x faster than {base}"
-        ratio = summary["auto_over_fastest"]
+        ratio, duel = summary["auto_over_fastest"], None
         if target is not None and size in TARGET_SIZES:
-            ratio = head_to_head(spec, kind, size, run["rows"], model, results) or ratio
+            duel = head_to_head(spec, kind, size, run["rows"], model, results)
+            ratio = duel[0] if duel else ratio
         auto_ok = ratio <= 1.10 or size not in TARGET_SIZES
         speed_ok = target is None or size not in TARGET_SIZES or all(
             r >= target for r in summary["speedup"].values())
         ok &= auto_ok and speed_ok
         print(line + ("" if auto_ok and speed_ok else "  <- MISSES"))
+        if duel:
+            print(duel[1])
     return ok
 
 
 def head_to_head(spec: str, kind: str, size: int, rows: list[dict], model: Path,
-                 results: dict) -> float | None:
+                 results: dict) -> tuple[float, str] | None:
     """auto's schedule against the fastest other strategy's at ``size``: one bench of the
     two alone, :data:`DUEL_ROUNDS` rounds in alternating order (same calibrated model, so
-    the same two schedules). Returns auto's median / the faster median, or ``None`` when no
-    other strategy ran. The bench's own "auto / fastest" takes the minimum over every
-    strategy's median of 3 rounds, which noise biases low: a schedule that ran 8-25% apart
-    between rounds on this 2-core host wins there by luck as often as by speed."""
+    the same two schedules). Returns auto's median / the faster median and a line saying
+    so, or ``None`` when no other strategy ran. The bench's own "auto / fastest" takes the
+    minimum over every strategy's median of 3 rounds, which noise biases low: a schedule
+    that ran 8-25% apart between rounds on this 2-core host wins there by luck as often as
+    by speed."""
     here = [row for row in rows if row["size_bytes"] == size and not row["native"]
             and row["measured_s"] is not None]
     auto = next((row for row in here if row["algorithm"] == "auto"), None)
@@ -157,11 +161,10 @@ def head_to_head(spec: str, kind: str, size: int, rows: list[dict], model: Path,
         return None
     mine, theirs = times["auto"], times[rival["algorithm"]]
     ratio = mine["measured_s"] / min(mine["measured_s"], theirs["measured_s"])
-    print(f"         head to head, {DUEL_ROUNDS} alternated rounds: auto "
-          f"{mine['schedule']} {mine['measured_s'] * 1e3:.1f} ms, {theirs['schedule']} "
-          f"{theirs['measured_s'] * 1e3:.1f} ms: auto x{ratio:.2f} of the faster (load "
-          f"{duel['load_average']['after'][0]:.1f})")
-    return ratio
+    return ratio, (f"         head to head, {DUEL_ROUNDS} alternated rounds: auto "
+                   f"{mine['schedule']} {mine['measured_s'] * 1e3:.1f} ms, "
+                   f"{theirs['schedule']} {theirs['measured_s'] * 1e3:.1f} ms: auto "
+                   f"x{ratio:.2f} of the faster (load {duel['load_average']['after'][0]:.1f})")
 
 
 def ddp_section(model: Path, steps: int, results: dict) -> bool:
