@@ -143,9 +143,10 @@ def head_to_head(spec: str, kind: str, size: int, rows: list[dict], model: Path,
     here = [row for row in rows if row["size_bytes"] == size and not row["native"]
             and row["measured_s"] is not None]
     auto = next((row for row in here if row["algorithm"] == "auto"), None)
-    others = [row for row in here if row["algorithm"] != "auto"
-              and (auto is None or row["schedule"] != auto["schedule"])]
-    if auto is None or not others:
+    if auto is None:
+        return None
+    others = [row for row in here if row["schedule"] != auto["schedule"]]
+    if not others:
         return None
     rival = min(others, key=lambda row: row["measured_s"])
     try:
