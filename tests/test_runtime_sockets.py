@@ -143,6 +143,31 @@ def test_a_pinned_route_used_both_ways_is_two_connections():
     assert ways0 == ways1 == [False, True]
 
 
+def test_both_ends_of_a_connection_may_open_a_wide_receive_window():
+    """TCP clamps a connection's receive window by the buffer it had at the handshake: a
+    buffer set afterwards left every connection at 64-117 KB, one window a round trip
+    (on the shared-NIC testbed a lower rank's sends to a higher one ran at a third of the
+    other direction's rate). The dialling and the accepting end both open megabytes."""
+    import socket
+
+    from ccweave.runtime.transport.sockets import BUFFER_BYTES
+
+    def work(transport):
+        peer = 1 - transport.rank
+        out = torch.empty(1024)
+        handles = [transport.isend(torch.ones(1024), peer, 5), transport.irecv(out, peer, 5)]
+        left = [0, 1]
+        while left:
+            done = transport.wait_some([handles[i] for i in left], 10.0)
+            left = [i for n, i in enumerate(left) if n not in done]
+        return [lane.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_WINDOW_CLAMP)
+                for lane in transport.lanes.values()]
+
+    dialled, accepted = over_sockets(2, work)
+    assert len(dialled) == len(accepted) == 1
+    assert min(dialled + accepted) >= BUFFER_BYTES // 2
+
+
 def newer_strategies():
     from ccweave.synth.registry import strategies
 

@@ -52,7 +52,20 @@ was sends left queued across a barrier, see :meth:`SocketTransport._flush`.)"""
 FLUSH_SECONDS = 60.0
 """How long a barrier first waits for queued sends to reach the kernel."""
 BUFFER_BYTES = 4 << 20
-"""Socket send and receive buffers: a link's bandwidth-delay product stays far below."""
+"""Socket send and receive buffers: a link's bandwidth-delay product stays far below.
+Set before ``listen`` and ``connect`` (see :func:`_size_buffers`)."""
+
+
+def _size_buffers(sock: socket.socket) -> None:
+    """Give a socket :data:`BUFFER_BYTES` of send and receive buffer, before it listens or
+    connects: TCP fixes a connection's largest receive window (its clamp) from the buffer
+    at the handshake (tcp(7)), so a buffer set on a connection already made leaves the
+    accepting side's window at what the default buffer allowed (~117 KB here). Every
+    connection a rank accepted was capped at one window per round trip: on the shared-NIC
+    testbed, with 25-30 ms of queueing, a lower rank's sends to a higher one ran at a
+    third of the other direction's rate (``ss -ti``: rwnd_limited 60% of the time)."""
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        sock.setsockopt(socket.SOL_SOCKET, option, BUFFER_BYTES)
 
 
 class _Message:
@@ -120,6 +133,7 @@ class SocketTransport(Layered):
         self.selector = selectors.DefaultSelector()
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        _size_buffers(self.listener)  # accepted connections inherit it
         self.listener.bind(("0.0.0.0" if self.routes else address, 0))
         # every lane a peer dials may arrive while this rank is itself dialling (a
         # blocking connect): the kernel must complete them all without an accept, or
@@ -156,10 +170,15 @@ class SocketTransport(Layered):
             pinned = self.routes.get((self.rank, lane.peer, lane.route))
             if pinned is not None:
                 local, host = (pinned[0], 0), pinned[1]
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
-            sock = socket.create_connection((host, port), timeout=60.0,
-                                            source_address=local)
+            _size_buffers(sock)
+            sock.settimeout(60.0)
+            if local is not None:
+                sock.bind(local)
+            sock.connect((host, port))
         except OSError as error:
+            sock.close()
             on = f" on route {'/'.join(lane.route) or 'direct'}" if lane.route is not None \
                 else ""
             lane.error = (f"cannot connect to rank {lane.peer} at {host}:{port}{on} from "
@@ -172,8 +191,6 @@ class SocketTransport(Layered):
 
     def _attach(self, lane: _Lane, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-            sock.setsockopt(socket.SOL_SOCKET, option, BUFFER_BYTES)
         sock.setblocking(False)
         lane.sock = sock
         self.selector.register(sock, self._events(lane), lane)
