@@ -5,6 +5,7 @@ that goes away is named."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
@@ -16,7 +17,11 @@ from ccweave.runtime.batch import classic_schedules  # noqa: E402
 from ccweave.runtime.measure import Options, measure  # noqa: E402
 from ccweave.runtime.transport.base import PeerFailure  # noqa: E402
 from ccweave.runtime.transport.local import run_threads  # noqa: E402
-from ccweave.runtime.transport.sockets import SocketTransport, read_routes  # noqa: E402
+from ccweave.runtime.transport.sockets import (  # noqa: E402
+    BUFFER_BYTES,
+    SocketTransport,
+    read_routes,
+)
 from ccweave.topology.io import load  # noqa: E402
 
 
@@ -148,10 +153,6 @@ def test_both_ends_of_a_connection_may_open_a_wide_receive_window():
     buffer set afterwards left every connection at 64-117 KB, one window a round trip
     (on the shared-NIC testbed a lower rank's sends to a higher one ran at a third of the
     other direction's rate). The dialling and the accepting end both open megabytes."""
-    import socket
-
-    from ccweave.runtime.transport.sockets import BUFFER_BYTES
-
     def work(transport):
         peer = 1 - transport.rank
         out = torch.empty(1024)
