@@ -21,7 +21,7 @@ from ccweave.errors import InputError
 from ccweave.profile import Profile, flat
 from ccweave.testbed import Testbed, clear_leftovers, emulate, run_ranks, unavailable_reason
 from ccweave.testbed.emulation import HOST_QUEUE_S, QUEUE_S, Emulation, scale_for
-from ccweave.testbed.netns import _tbf
+from ccweave.testbed.netns import CONGESTION_CONTROL, _tbf
 from ccweave.topology import io as topology_io
 from ccweave.topology.model import Link, NodeKind, Topology
 from tests.strategies import topologies
@@ -178,6 +178,20 @@ def test_testbed_builds_shaped_links_and_cleans_up():
     with pytest.raises(RuntimeError), Testbed(emulation):
         raise RuntimeError("a failure inside")
     assert not made & namespaces()
+
+
+@needs_netns
+def test_every_namespace_hands_a_shared_links_freed_rate_on_with_the_same_tcp():
+    """The host's default congestion control (which a namespace inherits; BBR on some
+    hosts) does not decide how the emulated links are shared: every namespace uses
+    :data:`CONGESTION_CONTROL`."""
+    emulation = emulate(star([100, 200, 300]), tag="tst6", subnet=207)
+    with Testbed(emulation):
+        for name in emulation.namespaces:
+            used = subprocess.run(["ip", "netns", "exec", name, "cat",
+                                   "/proc/sys/net/ipv4/tcp_congestion_control"],
+                                  capture_output=True, text=True, check=True).stdout
+            assert used.strip() == CONGESTION_CONTROL, name
 
 
 @needs_netns

@@ -35,6 +35,15 @@ BURST_S = 0.002
 sends this much at veth speed, faster than the link (so not deeper); a loaded host fires
 tbf's timer late and a shallow bucket then loses rate (8 flows at 400 Mbit/s on a busy
 2-core VM: 91% of the rate with 1 ms, 101% with 4 ms)."""
+CONGESTION_CONTROL = "reno"
+"""Every namespace's TCP congestion control, whatever the host's default (which a new
+namespace inherits). A shared link must hand a finished flow's share to the others at
+once, as a switch or NIC does. BBR paces each flow at the share it measured while the
+link was shared and grows it back over many round trips: on the shared-NIC testbed under
+the host's BBR, 6 channels' allgather left the NIC at half its rate for the last 0.3 s
+and ran 868-913 ms, trees 719-767 ms; under reno, which fills whatever the link frees,
+680-693 and 694 ms (the link's rate allows 671). Reno because every kernel has it and a
+namespace may always choose it (cubic only where the host allows it)."""
 
 
 class TestbedUnavailable(CCWeaveError):
@@ -195,7 +204,9 @@ class Testbed:
             ns = emu.namespace(node)
             forward = "0" if isinstance(node, int) and node not in emu.relays else "1"
             _run(["ip", "netns", "exec", ns, "sh", "-c",
-                  f"echo {forward} > /proc/sys/net/ipv4/ip_forward; "
+                  f"echo {forward} > /proc/sys/net/ipv4/ip_forward && "
+                  f"echo {CONGESTION_CONTROL} > "
+                  "/proc/sys/net/ipv4/tcp_congestion_control && "
                   "for f in /proc/sys/net/ipv4/conf/*/rp_filter; do echo 0 > $f; done"])
             _batch(["ip", "-n", ns, "-batch", "-"], per_ns[ns])
             if shaping[ns]:
