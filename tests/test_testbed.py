@@ -181,7 +181,7 @@ def test_testbed_builds_shaped_links_and_cleans_up():
 
 
 @needs_netns
-def test_every_namespace_hands_a_shared_links_freed_rate_on_with_the_same_tcp():
+def test_every_namespace_uses_the_testbeds_congestion_control_not_the_hosts():
     """The host's default congestion control (which a namespace inherits; BBR on some
     hosts) does not decide how the emulated links are shared: every namespace uses
     :data:`CONGESTION_CONTROL`."""
