@@ -40,9 +40,9 @@ CONGESTION_CONTROL = "reno"
 namespace inherits). A shared link must hand a finished flow's share to the others at
 once, as a switch or NIC does. BBR paces each flow at the share it measured while the
 link was shared and grows it back over many round trips: on the shared-NIC testbed under
-the host's BBR, 6 channels' allgather left the NIC at half its rate for the last 0.3 s
-and ran 868-913 ms, trees 719-767 ms; under reno, which fills whatever the link frees,
-680-693 and 694 ms (the link's rate allows 671). Reno because every kernel has it and a
+the host's BBR, 6 channels' allgather ran the NIC at 6-9 of its 12.5 MB/s for its last
+0.3 s and took 868-913 ms, trees 719-767 ms; under reno, which fills whatever the link
+frees, 680-693 and 694-695 ms (the link's rate allows 671). Reno because every kernel has it and a
 namespace may always choose it (cubic only where the host allows it)."""
 
 
