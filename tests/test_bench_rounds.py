@@ -59,3 +59,6 @@ def test_a_bench_of_rounds_reports_one_row_per_schedule(tmp_path):
     rows = json.loads(done.stdout)["rows"]
     assert sorted(row["algorithm"] for row in rows) == ["direct", "gloo all_reduce", "ring"]
     assert all(row["wrong"] == 0 and row["measured_s"] > 0 for row in rows)
+    for row in rows:  # every round's time is reported, the median one as the row's
+        assert len(row["round_s"]) == 3
+        assert row["measured_s"] == sorted(row["round_s"])[1]

@@ -18,7 +18,8 @@ class Row:
     """One algorithm at one size (as asked; the buffers hold whole elements per chunk,
     ``count`` of them, as nccl-tests rounds). Times in seconds, as the machine would take
     them (emulated times multiplied by the testbed's scale); ``predicted_s`` is ``None``
-    for an incumbent; ``error`` is ``(predicted - measured) / measured``."""
+    for an incumbent; ``error`` is ``(predicted - measured) / measured``; ``measured_s``
+    is the median round's, ``round_s`` every round's in the order they ran."""
 
     algorithm: str
     schedule: str
@@ -30,6 +31,7 @@ class Row:
     algbw_GBps: float
     busbw_GBps: float
     wrong: int
+    round_s: tuple[float, ...] = ()
 
     @property
     def error(self) -> float | None:
@@ -71,7 +73,9 @@ def rows_for(entries: Sequence[Entry], measured: Measured, sizes: Sequence[int])
             algbw = raw["size_bytes"] / seconds / 1e9 if seconds > 0 else float("inf")
             rows.append(Row(entry.label, raw["schedule"], entry.native, size, raw["count"],
                             seconds, entry.predicted.get(size), algbw, algbw * factor,
-                            int(mode.get("wrong") or 0)))
+                            int(mode.get("wrong") or 0),
+                            tuple(us * 1e-6 * measured.scale
+                                  for us in raw.get("round_times_us", ()))))
     return rows
 
 
