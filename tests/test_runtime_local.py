@@ -6,6 +6,7 @@ size that does not fit."""
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 
@@ -17,7 +18,7 @@ from ccweave.runtime import reference  # noqa: E402
 from ccweave.runtime.batch import classic_schedules  # noqa: E402
 from ccweave.runtime.executor import Executor  # noqa: E402
 from ccweave.runtime.layout import layout_for_bytes  # noqa: E402
-from ccweave.runtime.measure import Options, measure  # noqa: E402
+from ccweave.runtime.measure import Options, measure, measure_call  # noqa: E402
 from ccweave.runtime.reduce_ops import RedOp  # noqa: E402
 from ccweave.runtime.transport.local import LocalFabric, run_threads  # noqa: E402
 from ccweave.runtime.transport.shm import ShmTransport  # noqa: E402
@@ -82,6 +83,27 @@ def test_ring_allreduce_every_dtype_and_reduction(dtype, op):
     options = Options(dtype=torch.__dict__[dtype], op=RedOp(op), iters=1, warmup=0)
     rows = run_threads(4, lambda transport: measure(schedule, transport, [4096], options))
     assert rows[0][0].out_of_place.wrong == 0 and rows[0][0].in_place.wrong == 0
+
+
+@pytest.mark.parametrize("most, expected", [(20, range(3, 6)), (2, range(2, 3))])
+def test_a_time_target_sets_the_runs_per_repetition(most, expected):
+    """A call of 20 ms, 0.1 s a repetition: about 5 runs each (at most ``most``); the
+    check, the warmup and the one timed probe run before them."""
+    schedule = classic_schedules(load("switch:4"), [Kind.ALLREDUCE])[0][1]
+    layout = layout_for_bytes(schedule.collective, 4096, 4)
+    options = Options(iters=most, warmup=1, check=False, reps=2, target_s=0.1)
+
+    def work(transport):
+        calls = []
+
+        def call(data, out):
+            calls.append(time.sleep(0.02))
+        measure_call(call, schedule.collective, layout, transport, options)
+        return len(calls) - 3
+
+    runs = run_threads(4, work)
+    assert len(set(runs)) == 1  # every rank runs as many
+    assert runs[0] % 2 == 0 and runs[0] // 2 in expected
 
 
 def test_the_check_catches_a_wrong_element():

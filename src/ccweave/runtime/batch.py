@@ -46,6 +46,8 @@ class Case:
     tags: dict[str, object] = field(default_factory=dict)
     native: Collective | None = None
     reps: int = 1
+    target_s: float | None = None
+    """Run as many of ``iters`` as last about this long (:class:`Options`)."""
 
     def __post_init__(self) -> None:
         if (self.schedule is None) == (self.native is None):
@@ -85,7 +87,7 @@ def save(cases: Sequence[Case], path: str | Path) -> None:
             out.write(json.dumps({
                 "name": c.name, "sizes": list(c.sizes), "dtype": c.dtype, "op": c.op,
                 "modes": list(c.modes), "iters": c.iters, "warmup": c.warmup,
-                "tags": c.tags, "reps": c.reps,
+                "tags": c.tags, "reps": c.reps, "target_s": c.target_s,
                 "schedule": schedule_io.to_dict(c.schedule) if c.schedule is not None
                 else None,
                 "native": _collective_dict(c.native) if c.native is not None else None})
@@ -114,7 +116,7 @@ def iter_cases(path: str | Path) -> Iterator[Case]:
                        tuple(item["sizes"]), item["dtype"], item["op"], tuple(item["modes"]),
                        item["iters"], item["warmup"], item["tags"],
                        Collective(**item["native"]) if item["native"] else None,
-                       item["reps"])
+                       item["reps"], item.get("target_s"))
 
 
 def load(path: str | Path) -> list[Case]:
@@ -140,7 +142,8 @@ def run_cases(cases: Iterable[Case], transport, timeout: float = 60.0,
         total = sum(len(case.sizes) for case in cases)
     for case in cases:
         options = Options(parse_dtype(case.dtype), RedOp.parse(case.op), case.iters,
-                          case.warmup, True, case.modes, timeout, reps=case.reps)
+                          case.warmup, True, case.modes, timeout, reps=case.reps,
+                          target_s=case.target_s)
         runner = Runner(case.schedule, transport, options) if case.schedule else None
         for size in case.sizes:
             if progress and transport.rank == 0:

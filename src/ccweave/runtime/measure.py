@@ -9,6 +9,7 @@ the median of ``reps`` repetitions; ``#wrong`` is summed over ranks;
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -95,6 +96,9 @@ class Options:
     """Send messages larger than this as pieces (see :class:`Executor`)."""
     reps: int = 1
     """Timed repetitions of ``iters`` runs each; the median repetition is reported."""
+    target_s: float | None = None
+    """When set, ``iters`` is the most: one more untimed run is timed (the ranks' mean)
+    and each repetition runs as many as last about this long."""
 
 
 class Runner:
@@ -176,16 +180,17 @@ def measure_call(call: Callable[[torch.Tensor, torch.Tensor], None], coll: Colle
         wrong = reference.count_wrong(coll, rank, layout, out, opts.op, in_place)
     for _ in range(opts.warmup):
         call(data, out)
+    iters = _iterations(functools.partial(call, data, out), transport, opts)
     reps = max(1, opts.reps)
     times = [0.0] * (reps * ranks)  # every rank's time of every repetition, summed below
     for rep in range(reps):
         transport.barrier()
         _synchronize(transport.device)
         start = time.perf_counter()
-        for _ in range(opts.iters):
+        for _ in range(iters):
             call(data, out)
         _synchronize(transport.device)
-        times[rep * ranks + rank] = (time.perf_counter() - start) / max(1, opts.iters)
+        times[rep * ranks + rank] = (time.perf_counter() - start) / iters
     del data, out
     *everyone, total_wrong = transport.sum_values([*times, float(wrong)])
     seconds = statistics.median(max(everyone[rep * ranks:(rep + 1) * ranks])
@@ -194,6 +199,19 @@ def measure_call(call: Callable[[torch.Tensor, torch.Tensor], None], coll: Colle
     algbw = size / seconds / 1e9 if seconds > 0 else float("inf")
     return Result(seconds * 1e6, algbw, algbw * coll.busbw_factor,
                   int(total_wrong) if opts.check else None)
+
+
+def _iterations(run: Callable[[], None], transport: Transport, opts: Options) -> int:
+    """Timed runs per repetition: ``opts.iters``, or with ``opts.target_s`` as many as
+    last that long by one timed run (at most ``opts.iters``; the same on every rank)."""
+    if not opts.target_s:
+        return max(1, opts.iters)
+    start = time.perf_counter()
+    run()
+    _synchronize(transport.device)
+    (total,) = transport.sum_values([time.perf_counter() - start])
+    once = total / transport.world_size
+    return max(1, min(opts.iters, round(opts.target_s / once))) if once > 0 else opts.iters
 
 
 def _synchronize(device: torch.device) -> None:
