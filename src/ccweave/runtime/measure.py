@@ -97,8 +97,8 @@ class Options:
     reps: int = 1
     """Timed repetitions of ``iters`` runs each; the median repetition is reported."""
     target_s: float | None = None
-    """When set, ``iters`` is the most: one more untimed run is timed (the ranks' mean)
-    and each repetition runs as many as last about this long."""
+    """When set, ``iters`` is the most: one run after the warmup sizes the repetitions
+    (its time, the ranks' mean, is not reported) to about this long each."""
 
 
 class Runner:
@@ -211,7 +211,7 @@ def _iterations(run: Callable[[], None], transport: Transport, opts: Options) ->
     _synchronize(transport.device)
     (total,) = transport.sum_values([time.perf_counter() - start])
     once = total / transport.world_size
-    return max(1, min(opts.iters, round(opts.target_s / once))) if once > 0 else opts.iters
+    return max(1, min(opts.iters, round(opts.target_s / once)) if once > 0 else opts.iters)
 
 
 def _synchronize(device: torch.device) -> None:
