@@ -5,6 +5,7 @@ and the calibration recovers a known model from the times it predicts."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -230,20 +231,26 @@ def test_a_host_limit_that_explains_one_workload_a_little_is_not_fitted():
     assert found.link_efficiency == pytest.approx(0.9, rel=0.05)
 
 
-def test_one_calibration_workload_shows_the_overhead_that_a_latency_cannot_stand_in_for():
-    """Behind the shared NIC every chain of messages let a latency stand in for an
-    overhead (fitted: 2.2 us and 218 us); the 16 KB trees allgather of 16 chunks a root
-    is many messages at once: the overhead sets its time, a latency barely moves it."""
-    topology = topology_io.load("examples/topologies/shared-nic-2x4.json")
+def _small_workload(path: str, kind: Kind) -> Callable[..., float]:
+    """The simulated seconds of the calibration's 16 KB workload of ``kind`` on the
+    machine at ``path`` (its ranks on one 2-core host), given cost-model terms."""
+    topology = topology_io.load(path)
     hosts = (tuple(topology.ranks),)
     [load] = [w for w in workloads(topology, ()) if w.size_bytes == OVERHEAD_PROBE_BYTES
-              and w.schedule.collective.kind is Kind.ALLGATHER]
+              and w.schedule.collective.kind is kind]
 
     def seconds(**terms) -> float:
         machine = topology.with_cost(CostModel(connection_fifo=True, host_cores=2, **terms),
                                      hosts)
         return simulate(load.schedule, machine, load.size_bytes).time_s
+    return seconds
 
+
+def test_one_calibration_workload_shows_the_overhead_that_a_latency_cannot_stand_in_for():
+    """Behind the shared NIC every chain of messages let a latency stand in for an
+    overhead (fitted: 2.2 us and 218 us); the 16 KB trees allgather of 16 chunks a root
+    is many messages at once: the overhead sets its time, a latency barely moves it."""
+    seconds = _small_workload("examples/topologies/shared-nic-2x4.json", Kind.ALLGATHER)
     plain = seconds()
     assert seconds(message_overhead=50e-6) > 2 * seconds(message_latency=200e-6)
     assert seconds(message_latency=200e-6) < plain + 2 * 200e-6
@@ -271,16 +278,7 @@ def test_one_calibration_workload_is_a_chain_that_shows_the_latency():
     """Four fits on the rail testbed found 51-2626 us of message latency: nothing but
     noise decided it. The 16 KB ring allreduce is 14 dependent messages: each adds its
     latency, whose bytes take almost no time."""
-    topology = topology_io.load("examples/topologies/rail-2x4.json")
-    hosts = (tuple(topology.ranks),)
-    [chain] = [w for w in workloads(topology, ()) if w.size_bytes == OVERHEAD_PROBE_BYTES
-               and w.schedule.collective.kind is Kind.ALLREDUCE]
-
-    def seconds(**terms) -> float:
-        machine = topology.with_cost(CostModel(connection_fifo=True, host_cores=2, **terms),
-                                     hosts)
-        return simulate(chain.schedule, machine, chain.size_bytes).time_s
-
+    seconds = _small_workload("examples/topologies/rail-2x4.json", Kind.ALLREDUCE)
     latency = 500e-6
     assert seconds() < 3e-3
     assert seconds(message_latency=latency) > seconds() + 12 * latency
