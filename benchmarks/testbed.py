@@ -78,6 +78,19 @@ def parse_sizes(text: str) -> list[int]:
     return [int(parse_size(part)) for part in text.split(",")]
 
 
+def model_path(folder: Path, machine: str, kind: str) -> Path:
+    """Where a machine's model calibrated for one collective's bench lies (written by that
+    bench where absent).
+
+    Each collective's bench calibrates afresh, not the allgather on the allreduce's model:
+    the host's own speed drifts over minutes, and the allgather bench began some 20
+    minutes after that calibration. On the rail testbed the same 1 MB hierarchical
+    allreduce ran 67-71 ms in one job and 99-136 ms in seven jobs 10-25 minutes later; a
+    calibration in the slow spell fitted 105 us of overhead and 1.56 ms of latency and
+    predicted it 15% fast, the model fitted in the fast one (55 us, 383 us) 54%."""
+    return folder / f"{machine}-{kind}-calibrated.json"
+
+
 def save(path: str | None, results: dict) -> None:
     if path:
         Path(path).write_text(json.dumps(results, indent=1))
@@ -260,8 +273,9 @@ def main() -> int:
     parser.add_argument("--include", action="append", default=[], metavar="JSON",
                         help="an earlier run's --out: its benches count in the prediction "
                              "error (machines run separately)")
-    parser.add_argument("--models", help="folder of calibrated machines, NAME-calibrated"
-                        ".json: used where present, written where not (default: temporary)")
+    parser.add_argument("--models", help="folder of calibrated machines, NAME-KIND-"
+                        "calibrated.json: used where present, written where not (default: "
+                        "temporary)")
     args = parser.parse_args()
     from ccweave.testbed import unavailable_reason
 
@@ -281,9 +295,9 @@ def main() -> int:
         folder.mkdir(parents=True, exist_ok=True)
         for name in args.machines.split(","):
             spec, target = MACHINES[name]
-            model = folder / f"{name}-calibrated.json"  # calibrated once per machine
             print(f"\n== {name} ({spec})")
             for kind in COLLECTIVES:
+                model = model_path(folder, name, kind)
                 if "bench" in sections:
                     ok &= bench_section(name, spec, target, kind, model, args, results, errors)
                 if target is not None and "threads" in sections:
@@ -300,7 +314,8 @@ def main() -> int:
                     ok &= threads_check(name, spec, kind, sizes, model, args.rounds,
                                         results, args.out)
         if "rail" in args.machines.split(",") and "ddp" in sections:
-            ok &= ddp_section(folder / "rail-calibrated.json", args.ddp_steps, results)
+            ok &= ddp_section(model_path(folder, "rail", "allreduce"), args.ddp_steps,
+                              results)
     for earlier in args.include:
         for run in json.loads(Path(earlier).read_text())["runs"]:
             if run["omp"] == "1" and run["machine"] not in args.machines.split(","):
