@@ -183,8 +183,10 @@ def fit(topology: Topology, loads: Sequence[Workload], hosts: tuple[tuple[int, .
               (bounds[3][0], math.log(1e-5), math.log(3e-4))]
     grid = [(loss(model_of(point)), point) for point in itertools.product(*levels)]
     _, (efficiency, host, _, _) = min(grid)
+    tried = {point for _, point in grid}  # both grids hold 1 ms with 10 and 300 us
     grid += [(loss(model_of(point)), point) for point in itertools.product(
-        (efficiency,), (host,), map(math.log, LATENCY_LEVELS), map(math.log, OVERHEAD_LEVELS))]
+        (efficiency,), (host,), map(math.log, LATENCY_LEVELS), map(math.log, OVERHEAD_LEVELS))
+        if point not in tried]
     grid.sort()
     low_x, high_x = zip(*bounds)
 
