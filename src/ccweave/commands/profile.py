@@ -186,15 +186,15 @@ def _calibrate(args, profile, transport, progress):
     """Every rank runs the calibration schedules; the times go into the profile."""
     import dataclasses
 
-    from ccweave.profile.calibrate import cases, workloads
+    from ccweave.profile.calibrate import ROUNDS, measure, workloads
     from ccweave.runtime.batch import run_cases
 
     loads = workloads(_structure(args, profile), _inputs.sizes(args.calibrate_sizes))
     if progress and transport.rank == 0:
-        progress(f"calibration: {len(loads)} schedules run for real")
-    rows = run_cases(cases(loads), transport, args.timeout)
-    times = tuple((row["schedule"], load.size_bytes, row["out_of_place"]["time_us"] * 1e-6)
-                  for load, row in zip(loads, rows))
+        progress(f"calibration: {len(loads)} schedules run for real, {ROUNDS} rounds")
+    seconds = measure(loads, lambda cases: run_cases(cases, transport, args.timeout))
+    times = tuple((load.schedule.name, load.size_bytes, time_s)
+                  for load, time_s in zip(loads, seconds))
     return dataclasses.replace(profile, workloads=times)
 
 

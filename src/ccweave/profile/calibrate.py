@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ import scipy.optimize
 
 from ccweave.collectives import Kind
 from ccweave.compare import build_verified
-from ccweave.errors import NotApplicableError
+from ccweave.errors import NotApplicableError, RuntimeFault
 from ccweave.runtime.batch import Case
 from ccweave.schedule import Schedule
 from ccweave.simulate import simulate
@@ -88,12 +89,67 @@ def workloads(topology: Topology, sizes: Sequence[int] = DEFAULT_SIZES) -> list[
     return found
 
 
-def cases(loads: Sequence[Workload], *, reps: int = 3) -> list[Case]:
-    """The batch cases that measure ``loads`` (each repetition about
-    :data:`TARGET_SECONDS`)."""
-    return [Case(f"calibrate-{number}", load.schedule, (load.size_bytes,), modes=(False,),
-                 iters=MAX_ITERS, warmup=1, reps=reps, target_s=TARGET_SECONDS)
+ROUNDS = 3
+"""Each workload is measured once per round, the rounds in alternating order, and its
+time is the median of its rounds. Run as three back-to-back repetitions, a slow spell of
+the host fell on whole workloads: the rail testbed's allgather calibration measured its
+ring(4, 8) at 1 MB in 41.6 ms where the allreduce's, 15 minutes before, measured 30.9;
+fitted on that, 1 MB schedules were predicted up to 41% slow."""
+
+
+def first_round(loads: Sequence[Workload]) -> list[Case]:
+    """The batch cases of the first round: each workload after one untimed run, as often
+    as lasts about :data:`TARGET_SECONDS` (at most :data:`MAX_ITERS` times)."""
+    return [Case(_case_name(number), load.schedule, (load.size_bytes,), modes=(False,),
+                 iters=MAX_ITERS, warmup=1, target_s=TARGET_SECONDS)
             for number, load in enumerate(loads)]
+
+
+def later_round(loads: Sequence[Workload], first_s: Sequence[float], number: int
+                ) -> list[Case]:
+    """Round ``number`` (1, 2, ...): every workload again, in reverse order every other
+    round, with no untimed run and as many runs as the first round's time per run
+    ``first_s`` says last :data:`TARGET_SECONDS` (the same on every rank, which all saw
+    the same first round)."""
+    order = range(len(loads) - 1, -1, -1) if number % 2 else range(len(loads))
+    return [Case(_case_name(i), loads[i].schedule, (loads[i].size_bytes,), modes=(False,),
+                 iters=_iterations(first_s[i]))
+            for i in order]
+
+
+def measure(loads: Sequence[Workload], run: Callable[[list[Case]], list[dict]],
+            rounds: int = ROUNDS) -> list[float]:
+    """Each workload's seconds per run: the median over ``rounds`` rounds that ``run``
+    (every rank's :func:`ccweave.runtime.batch.run_cases`) measures."""
+    times: list[list[float]] = [[] for _ in loads]
+
+    def record(rows: list[dict]) -> None:
+        for row in rows:
+            result = row["out_of_place"]
+            if result["wrong"]:
+                raise RuntimeFault(f"calibration schedule {row['schedule']} at "
+                                   f"{row['size_bytes']} bytes: {result['wrong']} wrong "
+                                   "elements; the runtime is broken on this machine, so "
+                                   "its times fit no model")
+            times[_case_number(row["case"])].append(result["time_us"] * 1e-6)
+
+    record(run(first_round(loads)))
+    first_s = [seconds for seconds, in times]
+    for number in range(1, max(1, rounds)):
+        record(run(later_round(loads, first_s, number)))
+    return [statistics.median(seconds) for seconds in times]
+
+
+def _case_name(number: int) -> str:
+    return f"calibrate-{number}"
+
+
+def _case_number(name: str) -> int:
+    return int(name.removeprefix("calibrate-"))
+
+
+def _iterations(seconds: float) -> int:
+    return max(1, min(MAX_ITERS, round(TARGET_SECONDS / seconds))) if seconds > 0 else MAX_ITERS
 
 
 @dataclass(frozen=True)
