@@ -31,6 +31,15 @@ through a CPU node): the copy in of one overlaps the copy out of the other, and 
 staging latency of each passes while the one before streams. Elsewhere one at a time,
 so each chunk crosses an arc at the lane's full rate and goes on down the tree."""
 
+STAGGERED_IN_FLIGHT = 2
+"""Messages of a staggered lane in flight at once on an arc. One at a time, every lane
+on a link waits out its route's latency after each message at the same moment (lanes
+sharing a link move in step), so a broadcast root's port idled once per chunk: dgx-a100
+1 GB at 1.04 of the bound whatever the chunk count. Two in flight side by side only move
+in step as one message twice the size; so a staggered lane's first message is one chunk
+and the rest two (:func:`messages`): while one message streams, the next one's latency
+passes, and the port never waits (1.006)."""
+
 THREADBLOCKS = 128
 """Threadblocks a GPU may give MSCCL and still wait on any of them (a step's ``depid`` is 8
 bits, 0..127); lanes go on channels, up to two threadblocks per peer on each."""
@@ -55,14 +64,19 @@ def shares(total: int, weights: Sequence[int]) -> list[int]:
 
 
 def lower(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
-          trees: Iterable[Tree], serial: int = 0) -> ScheduleBuilder:
+          trees: Iterable[Tree], serial: int = 0, stagger: bool = False) -> ScheduleBuilder:
     """Allgather or broadcast along ``trees``, each taking the next ``chunks`` of its
     root's chunks in turn: root ``r``'s output slots ``r * c ...`` (allgather) or the
     buffer's ``N * c`` chunks, all the root's (broadcast). The first ``serial`` edges of
     every tree send each block one after another, :data:`IN_FLIGHT` at a time (one port:
     each receiver gets its copy fast and passes it on while the next ones are sent).
-    Returns the builder."""
+    With ``stagger``, where no arc is staged through host memory, lanes send
+    :func:`messages` of two chunks, two in flight, half a message out of step (see
+    :data:`STAGGERED_IN_FLIGHT`). Returns the builder."""
     n = topology.num_ranks
+    trees = list(trees)
+    staggered = stagger and not any(in_flight(topology, via) > 1
+                                    for _, _, edges, _ in trees for _, _, via in edges)
     coll = Collective(kind, n, chunks_per_rank, root)
     b = ScheduleBuilder(coll)
     c = chunks_per_rank
@@ -78,13 +92,14 @@ def lower(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
         first = taken.get(tree_root, 0)
         taken[tree_root] = first + count
         slot = (tree_root * c if kind is Kind.ALLGATHER else 0) + first
-        depth = [in_flight(topology, via) for _, _, via in edges]
+        depth = [STAGGERED_IN_FLIGHT if staggered else in_flight(topology, via)
+                 for _, _, via in edges]
         start = 0
         for run in shares(count, [1] * max(1, min(lanes, count))):
             channel = lane % channels
             lane += 1
             history: list[list[int]] = [[] for _ in edges]
-            for _ in range(run):
+            for size in messages(run, staggered):
                 sent: list[int] = []
                 for e, (parent, child, via) in enumerate(edges):
                     src = (IN, first + start) if parent == tree_root else (OUT, slot + start)
@@ -92,12 +107,21 @@ def lower(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
                     after = [before[-depth[e]]] if len(before) >= depth[e] else []
                     if e < serial and len(sent) >= IN_FLIGHT:
                         after.append(sent[-IN_FLIGHT])
-                    before.append(b.add(parent, child, *src, OUT, slot + start, 1,
+                    before.append(b.add(parent, child, *src, OUT, slot + start, size,
                                         channel=channel, after=after, via=via))
                     del before[:-depth[e]]
                     sent.append(before[-1])
-                start += 1
+                start += size
     return b
+
+
+def messages(run: int, staggered: bool) -> list[int]:
+    """Chunks per message of a lane of ``run`` chunks: one each, or staggered ``[1, 2,
+    ..., 2]`` (a last 1 where ``run`` is even), so two messages in flight are half a
+    message out of step."""
+    if not staggered or run < 3:
+        return [1] * run
+    return [1] + [2] * ((run - 1) // 2) + [1] * ((run - 1) % 2)
 
 
 def in_flight(topology: Topology, via: tuple[str, ...]) -> int:
@@ -115,13 +139,15 @@ def channel_count(num_ranks: int) -> int:
 
 
 def build(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
-          trees: Iterable[Tree], name: str, serial: int = 0,
+          trees: Iterable[Tree], name: str, serial: int = 0, stagger: bool = False,
           **metadata: object) -> Schedule:
     """:func:`lower` or :func:`lower_reduction` (for reduce-scatter and reduce: ``trees``
     are out-trees of the reversed topology), then the schedule."""
-    make = lower_reduction if kind in (Kind.REDUCESCATTER, Kind.REDUCE) else lower
-    return make(kind, topology, chunks_per_rank, root, trees, serial).build(
-        name, topology=topology.name, **metadata)
+    if kind in (Kind.REDUCESCATTER, Kind.REDUCE):
+        builder = lower_reduction(kind, topology, chunks_per_rank, root, trees, serial)
+    else:
+        builder = lower(kind, topology, chunks_per_rank, root, trees, serial, stagger)
+    return builder.build(name, topology=topology.name, **metadata)
 
 
 def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
@@ -181,4 +207,4 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
     return b
 
 
-__all__ = ["Edge", "Tree", "build", "lower", "lower_reduction", "shares"]
+__all__ = ["Edge", "Tree", "build", "lower", "lower_reduction", "messages", "shares"]

@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from ccweave.collectives import Kind
+from ccweave.limits import MAX_CHUNKS_PER_RANK
 from ccweave.schedule import Schedule
 from ccweave.synth.forest.forest import (
     Forest,
@@ -24,7 +25,7 @@ from ccweave.synth.forest.forest import (
     broadcast_forest,
     reversed_topology,
 )
-from ccweave.synth.forest.lower import IN_FLIGHT, build, shares
+from ccweave.synth.forest.lower import IN_FLIGHT, STAGGERED_IN_FLIGHT, build, in_flight, shares
 from ccweave.synth.layout import chunks_for, reject_options, require_kind, schedule_name
 from ccweave.synth.registry import register
 from ccweave.topology.model import Topology
@@ -57,6 +58,13 @@ into ever smaller messages for free (a calibration that found 249 us of latency 
 overhead made a 1 MB allreduce 1 KB messages, 5.7x slower measured); no runtime sends
 a message for free, so chunks stay at least this big there (NCCL's simple protocol moves
 a few hundred KiB per step; sockets and gloo pay tens of microseconds a message)."""
+
+
+HIDDEN = 2.0
+"""A staggered lane hides its messages' latency where each message streams at least this
+many times its route's latency (fitted in simulation: one NVSwitch box's 1 GB broadcast
+at 1.002-1.004 of the bound where its messages stream 2.2-2.9 route latencies, 1.010 at
+1.9, 1.10 at 1.5)."""
 
 
 SIMULATED_TRANSFERS = 20_000
@@ -158,7 +166,7 @@ def _allgather(topology: Topology, chunks: int | None, size: int | None, kind: K
         chunks = max(forest.units)
     c = chunks if chunks is not None else \
         _pipeline(forest, packed_on, size, n, TRANSFERS_PER_MOVE[budget_for or kind],
-                  kind is Kind.REDUCESCATTER)
+                  kind is Kind.REDUCESCATTER)[0]
     c = chunks_for(c)
     trees = []
     for root in range(n):
@@ -184,19 +192,18 @@ def _broadcast(topology: Topology, root: int, chunks: int | None, size: int | No
     packed_on = topology if kind is Kind.BROADCAST else reversed_topology(topology)
     forest = broadcast_forest(packed_on, root)
     n = topology.num_ranks
+    total, staggered = forest.units[root], False
+    if size is not None:  # the size decides the lanes' messages, and chunks if not given
+        total, staggered = _pipeline(forest, packed_on, size, 1, TRANSFERS_PER_MOVE[kind],
+                                     kind is Kind.REDUCE, stagger=kind is Kind.BROADCAST)
     if chunks is not None:
         total = chunks * n
-    elif size is None:
-        total = forest.units[root]
-    else:
-        total = _pipeline(forest, packed_on, size, 1, TRANSFERS_PER_MOVE[kind],
-                          kind is Kind.REDUCE)
     c = chunks_for(chunks, math.ceil(total / n))
     mine = forest.of_root(root)
     trees = [(root, count, edges, min(units, count)) for count, (units, edges)
              in zip(shares(n * c, [u for u, _ in mine]), mine) if count]
     return build(kind, topology, c, root, trees, schedule_name("trees", chunks=c),
-                 **_facts(forest))
+                 stagger=staggered, **_facts(forest))
 
 
 def _facts(forest: Forest) -> dict[str, object]:
@@ -206,8 +213,10 @@ def _facts(forest: Forest) -> dict[str, object]:
 
 
 def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
-              per_move: float = 1.0, reduction: bool = False) -> int:
-    """Chunks per root minimizing the estimate ``link time + drain + latency``: the busiest
+              per_move: float = 1.0, reduction: bool = False,
+              stagger: bool = False) -> tuple[int, bool]:
+    """Chunks per root minimizing the estimate ``link time + drain + latency``, and whether
+    its lanes are staggered: the busiest
     link's time with the chunks as shared out (fewer chunks than units unbalance the
     trees); the drain, ``DRAIN * relays / p`` of it for ``p`` chunks per lane, ``relays``
     the most copies a chunk waits for on its way down (the children of every rank it
@@ -216,7 +225,11 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
     one per child. A cost model adds its per-message latency to every hop's and the
     overhead of the messages each rank issues, one after another (on a host's shared
     cores, where it has more ranks than cores). Forests without fabric
-    routes get a larger transfer budget (their simulation shares no link between routes)."""
+    routes get a larger transfer budget (their simulation shares no link between routes).
+    With ``stagger`` (and no arc staged through host memory) staggered lanes are weighed
+    too: two chunks a message, so half the messages and twice the drain, and no latency
+    per chunk where a message streams :data:`HIDDEN` route latencies; the lower estimate
+    of the two wins (deep trees drain too long staggered: torus:8x8)."""
     n = topology.num_ranks
     k = max(forest.units)
     if len(forest.trees) * n > EXACT_LOADS:  # too many arcs to weigh: take the rate
@@ -230,13 +243,7 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
     fanin = max((sum(1 for parent, _, _ in edges if parent == root)
                  for root, _, edges in forest.trees[:4096]), default=0) if reduction else 0
     direct = not topology.fabric
-    budget = max(k, int(MAX_TRANSFERS * (DIRECT_BUDGET if direct else 1) / per_move)
-                 // max(1, roots * (n - 1)))
-    candidates = sorted({*(2**i for i in range(16)), *(k * 2**i for i in range(16))})
     cost = topology.cost
-    if _messages_are_free(topology):
-        budget = min(budget, max(1, int(size // (roots * MIN_MESSAGE_BYTES))))
-    candidates = [c for c in candidates if c <= budget] or [1]
     latency = alpha + cost.message_latency
     sends = roots * (n - 1) * per_move / n  # messages a rank issues per chunk of a root
     overhead = cost.message_overhead
@@ -244,16 +251,47 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
         crowd = max(collections.Counter(topology.host_of).values())
         overhead *= max(1.0, crowd / cost.host_cores)
 
-    def estimate(c: int) -> float:
+    def candidates(staggered: bool) -> list[int]:
+        per_message = STAGGERED_IN_FLIGHT if staggered else 1
+        extra = DIRECT_BUDGET if direct and not staggered else per_message
+        budget = max(k, int(MAX_TRANSFERS * extra / per_move) // max(1, roots * (n - 1)))
+        budget = min(budget, MAX_CHUNKS_PER_RANK * n // roots)  # what MSCCL can address
+        powers = {*(2**i for i in range(16)), *(k * 2**i for i in range(16)),
+                  *((budget,) if staggered else ())}
+        if _messages_are_free(topology):
+            budget = min(budget, max(1, int(size // (roots * MIN_MESSAGE_BYTES))))
+        return sorted(c for c in powers if c <= budget) or [1]
+
+    def estimate(c: int, staggered: bool) -> float:
         p = max(1.0, c / k)
         bandwidth = size * loads(c) / cost.link_efficiency
         serial = p * latency * forest.serial / IN_FLIGHT  # the rails' latencies in turn
         local = fanin * size / (roots * c) / topology.local_bandwidth  # last sums at a root
-        issue = c * sends * overhead
+        if staggered:  # a message's latency passes while the one before streams
+            m = STAGGERED_IN_FLIGHT
+            waited = max(0.0, HIDDEN * p * hop / m - bandwidth)
+            return (bandwidth * (1 + DRAIN * m * waits / p) + depth * latency + waited
+                    + serial + local + c * sends * overhead / m)
         return (bandwidth * (1 + DRAIN * waits / p) + (p + depth) * latency + serial
-                + local + issue)
+                + local + c * sends * overhead)
 
-    return min(candidates, key=estimate)
+    modes = [False]
+    if stagger and not any(in_flight(topology, via) > 1
+                           for _, _, edges in forest.trees for _, _, via in edges):
+        modes.append(True)
+        hop = _longest_hop(forest, topology) + cost.message_latency
+    return min(((c, staggered) for staggered in modes for c in candidates(staggered)),
+               key=lambda pick: estimate(*pick))
+
+
+def _longest_hop(forest: Forest, topology: Topology) -> float:
+    """The largest latency of any arc's route (its links' alpha summed), over the first
+    trees of a large forest."""
+    routes = {(parent, child, via) for _, _, edges in forest.trees[:4096]
+              for parent, child, via in edges}
+    alphas = topology.alphas
+    return max((float(alphas[list(topology.route_via(*route))].sum()) for route in routes),
+               default=0.0)
 
 
 def _messages_are_free(topology: Topology) -> bool:
