@@ -38,7 +38,7 @@ sharing a link move in step), so a broadcast root's port idled once per chunk: d
 1 GB at 1.04 of the bound whatever the chunk count. Two in flight side by side only move
 in step as one message twice the size; so a staggered lane's first message is one chunk
 and the rest two (:func:`messages`): while one message streams, the next one's latency
-passes, and the port never waits (1.006)."""
+passes, and the port never waits (1.002)."""
 
 THREADBLOCKS = 128
 """Threadblocks a GPU may give MSCCL and still wait on any of them (a step's ``depid`` is 8
@@ -75,8 +75,7 @@ def lower(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
     :data:`STAGGERED_IN_FLIGHT`). Returns the builder."""
     n = topology.num_ranks
     trees = list(trees)
-    staggered = stagger and not any(in_flight(topology, via) > 1
-                                    for _, _, edges, _ in trees for _, _, via in edges)
+    staggered = stagger and unstaged(topology, (edges for _, _, edges, _ in trees))
     coll = Collective(kind, n, chunks_per_rank, root)
     b = ScheduleBuilder(coll)
     c = chunks_per_rank
@@ -122,6 +121,11 @@ def messages(run: int, staggered: bool) -> list[int]:
     if not staggered or run < 3:
         return [1] * run
     return [1] + [2] * ((run - 1) // 2) + [1] * ((run - 1) % 2)
+
+
+def unstaged(topology: Topology, tree_edges: Iterable[Sequence[Edge]]) -> bool:
+    """No arc of these trees is staged through host memory: their lanes may stagger."""
+    return all(in_flight(topology, via) == 1 for edges in tree_edges for _, _, via in edges)
 
 
 def in_flight(topology: Topology, via: tuple[str, ...]) -> int:
@@ -207,4 +211,4 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
     return b
 
 
-__all__ = ["Edge", "Tree", "build", "lower", "lower_reduction", "messages", "shares"]
+__all__ = ["Edge", "Tree", "build", "lower", "lower_reduction", "messages", "shares", "unstaged"]

@@ -25,7 +25,7 @@ from ccweave.synth.forest.forest import (
     broadcast_forest,
     reversed_topology,
 )
-from ccweave.synth.forest.lower import IN_FLIGHT, STAGGERED_IN_FLIGHT, build, in_flight, shares
+from ccweave.synth.forest.lower import IN_FLIGHT, STAGGERED_IN_FLIGHT, build, shares, unstaged
 from ccweave.synth.layout import chunks_for, reject_options, require_kind, schedule_name
 from ccweave.synth.registry import register
 from ccweave.topology.model import Topology
@@ -276,8 +276,7 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
                 + local + c * sends * overhead)
 
     modes = [False]
-    if stagger and not any(in_flight(topology, via) > 1
-                           for _, _, edges in forest.trees for _, _, via in edges):
+    if stagger and unstaged(topology, (edges for _, _, edges in forest.trees)):
         modes.append(True)
         hop = _longest_hop(forest, topology) + cost.message_latency
     return min(((c, staggered) for staggered in modes for c in candidates(staggered)),
