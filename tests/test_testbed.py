@@ -307,6 +307,31 @@ def test_a_sigterm_to_the_command_tears_the_testbed_down(tmp_path):
 
 
 @needs_netns
+def test_closing_a_testbed_stops_what_still_runs_in_its_namespaces():
+    """A process the launcher lost track of (a SIGTERM while a rank was being started)
+    would keep its deleted namespace alive; the teardown stops it."""
+    marker = f"ccweave-stray-check-{os.getpid()}"
+    bed = Testbed(emulate(star([100, 100]), tag="tst7", subnet=208)).__enter__()
+    try:
+        stray = subprocess.Popen(bed.command(1, [sys.executable, "-c",
+                                                 f"import time; time.sleep(60)  # {marker}"]),
+                                 start_new_session=True)
+        deadline = time.monotonic() + 10
+        while not processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert processes_with(marker), "the stray process did not start"
+        bed.close()
+        assert stray.wait(timeout=5) == -signal.SIGKILL
+        assert not processes_with(marker)
+    finally:
+        bed.close()
+        for pid in processes_with(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        clear_leftovers("tst7")
+
+
+@needs_netns
 def test_profile_recovers_the_emulated_bandwidth(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "profile.json"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ccweave.errors import RuntimeFault
 from ccweave.runtime.job import LAUNCHER_PID
-from ccweave.testbed.netns import Testbed
+from ccweave.testbed.netns import Testbed, signals_deferred
 
 MASTER_PORT = 29517
 Lines = Callable[[str], None]
@@ -67,7 +67,9 @@ def run_ranks(bed: Testbed, argv: Sequence[str], *, timeout: float = 300.0,
                 # a launcher killed outright left 8 ranks running in their namespaces
                 rank_env_ = dict(base, RANK=str(rank), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
                                  **{LAUNCHER_PID: str(os.getpid())}, **bed.env(rank))
-                with open(logs[rank], "w") as log:
+                # a SIGTERM inside Popen would lose the started rank's pid: held until
+                # the rank is in ``procs``, where the clean-up below finds it
+                with signals_deferred(), open(logs[rank], "w") as log:
                     procs.append(subprocess.Popen(
                         bed.command(rank, command), env=rank_env_, stdout=log,
                         stderr=subprocess.STDOUT, start_new_session=True))

@@ -14,9 +14,10 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from ccweave.errors import CCWeaveError
@@ -134,7 +135,7 @@ class Testbed:
         reason = unavailable_reason()
         if reason:
             raise TestbedUnavailable(reason)
-        with _signals_deferred():
+        with signals_deferred():
             try:
                 self._build()
             except BaseException:
@@ -148,8 +149,9 @@ class Testbed:
     def close(self) -> None:
         """Delete every namespace (their veths go with them) and the control bridge;
         safe to call twice."""
-        with _signals_deferred():
+        with signals_deferred():
             if self._made:
+                stop_processes_in(self._made)
                 _batch(["ip", "-force", "-batch", "-"],
                        [f"netns del {name}" for name in self._made], check=False)
                 self._made.clear()
@@ -317,6 +319,7 @@ def clear_leftovers(tag: str = "") -> tuple[int, int]:
     ``tag`` is empty); returns the counts."""
     spaces, links = list_leftovers(tag)
     if spaces:
+        stop_processes_in(spaces)
         _batch(["ip", "-force", "-batch", "-"], [f"netns del {name}" for name in spaces],
                check=False)
     for link in links:
@@ -324,8 +327,26 @@ def clear_leftovers(tag: str = "") -> tuple[int, int]:
     return len(spaces), len(links)
 
 
+def stop_processes_in(spaces: list[str], wait: float = 3.0) -> None:
+    """SIGKILL every process still inside the namespaces ``spaces`` and wait (up to
+    ``wait`` s) until none is: a deleted namespace lives on while a process holds it
+    (a SIGTERM that came while a rank was being started once left that rank running)."""
+    deadline = time.monotonic() + wait
+    while True:
+        listed = subprocess.run(["ip", "-force", "-batch", "-"], capture_output=True,
+                                text=True, input="".join(f"netns pids {name}\n"
+                                                         for name in spaces)).stdout
+        pids = {int(word) for word in listed.split() if word.isdigit()} - {os.getpid()}
+        if not pids or time.monotonic() > deadline:
+            return
+        for pid in pids:
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+
+
 @contextmanager
-def _signals_deferred() -> Iterator[None]:
+def signals_deferred() -> Iterator[None]:
     """Hold Ctrl-C and SIGTERM while namespaces are made or removed, so an interrupt
     never leaves half a testbed; they are delivered (as usual) right after."""
     if threading.current_thread() is not threading.main_thread():
