@@ -146,16 +146,23 @@ def build(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
           trees: Iterable[Tree], name: str, serial: int = 0, stagger: bool = False,
           **metadata: object) -> Schedule:
     """:func:`lower` or :func:`lower_reduction` (for reduce-scatter and reduce: ``trees``
-    are out-trees of the reversed topology), then the schedule."""
+    are out-trees of the reversed topology), then the schedule; its metadata says
+    whether the lanes ``staggered``."""
+    trees = list(trees)
+    stagger = stagger and unstaged(topology, (edges for _, _, edges, _ in trees))
+    if stagger:
+        metadata["staggered"] = True
     if kind in (Kind.REDUCESCATTER, Kind.REDUCE):
-        builder = lower_reduction(kind, topology, chunks_per_rank, root, trees, serial)
+        builder = lower_reduction(kind, topology, chunks_per_rank, root, trees, serial,
+                                  stagger)
     else:
         builder = lower(kind, topology, chunks_per_rank, root, trees, serial, stagger)
     return builder.build(name, topology=topology.name, **metadata)
 
 
 def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
-                    trees: Iterable[Tree], serial: int = 0) -> ScheduleBuilder:
+                    trees: Iterable[Tree], serial: int = 0,
+                    stagger: bool = False) -> ScheduleBuilder:
     """Reduce-scatter or reduce along ``trees`` taken backwards: a tree of the reversed
     topology from ``r`` collects segment ``r`` (reduce: the root's whole buffer). Each
     rank adds its children's partial sums into its accumulator (the output slot at the
@@ -164,8 +171,12 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
     side by side) and adds it locally; lanes and the FIFO per arc are as in
     :func:`lower`. A lane seeds its accumulators one chunk after another (all at once,
     the local copies would share the rank's memory and the first sum would wait for the
-    last copy). (``serial`` is for sends; it does not apply.)"""
+    last copy). ``stagger`` is as in :func:`lower`: a message of partial sums is a
+    :func:`messages` run of chunks, two in flight. (``serial`` is for sends; it does not
+    apply.)"""
     del serial
+    trees = list(trees)
+    staggered = stagger and unstaged(topology, (edges for _, _, edges, _ in trees))
     coll = Collective(kind, topology.num_ranks, chunks_per_rank, root)
     b = ScheduleBuilder(coll)
     c = chunks_per_rank
@@ -178,36 +189,39 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
         taken[tree_root] = first + count
         base = tree_root * c if kind is Kind.REDUCESCATTER else 0
         inner = sorted({parent for parent, _, _ in edges} - {tree_root})
-        depth = [in_flight(topology, via) for _, _, via in edges]
-        start = 0
+        depth = [STAGGERED_IN_FLIGHT if staggered else in_flight(topology, via)
+                 for _, _, via in edges]
+        j = first
         for run in shares(count, [1] * max(1, min(lanes, count))):
             channel = lane % channels
             lane += 1
             last: list[list[int]] = [[] for _ in edges]
             seeded: dict[int, int] = {}
-            for j in range(first + start, first + start + run):
+            for size in messages(run, staggered):
                 chunk = base + j
                 acc: dict[int, tuple[Buffer, int]] = {
                     tree_root: (OUT, j if kind is Kind.REDUCESCATTER else chunk)}
                 for rank in inner:
                     acc[rank] = (SCRATCH, scratch.get(rank, 0))
-                    scratch[rank] = acc[rank][1] + 1
-                for rank in (tree_root, *inner):  # one chunk after another, as needed
+                    scratch[rank] = acc[rank][1] + size
+                for rank in (tree_root, *inner):  # one message after another, as needed
                     before = seeded.get(rank)
-                    seeded[rank] = b.copy(rank, rank, (IN, chunk), acc[rank], channel=channel,
+                    seeded[rank] = b.copy(rank, rank, (IN, chunk), acc[rank], size,
+                                          channel=channel,
                                           after=() if before is None else (before,))
                 for e in reversed(range(len(edges))):
                     parent, child, via = edges[e]
                     slot = scratch.get(parent, 0)
-                    scratch[parent] = slot + 1
+                    scratch[parent] = slot + size
                     before = last[e]
                     before.append(b.add(child, parent, *acc.get(child, (IN, chunk)), SCRATCH,
-                                        slot, channel=channel, via=tuple(reversed(via)),
+                                        slot, size, channel=channel, via=tuple(reversed(via)),
                                         after=() if len(before) < depth[e]
                                         else (before[-depth[e]],)))
                     del before[:-depth[e]]
-                    b.reduce(parent, parent, (SCRATCH, slot), acc[parent], channel=channel)
-            start += run
+                    b.reduce(parent, parent, (SCRATCH, slot), acc[parent], size,
+                             channel=channel)
+                j += size
     return b
 
 

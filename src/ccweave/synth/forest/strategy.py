@@ -67,6 +67,13 @@ at 1.002-1.004 of the bound where its messages stream 2.2-2.9 route latencies, 1
 1.9, 1.10 at 1.5)."""
 
 
+UNHIDDEN = 0.2
+"""Of its route's latency, the share a staggered reduction's message still waits: lanes
+into one root move in step, so their latencies fall together while the senders' ports
+are busy elsewhere (simulated on dgx-h100's 1 GB reduce-scatter: 0.19-0.23 at 256-1024
+chunks; dgx-a100 0.09)."""
+
+
 SIMULATED_TRANSFERS = 20_000
 """Pipelines of at most this many transfers are tuned by simulation around the
 estimate's pick (a simulation of this many takes a fraction of a second)."""
@@ -94,21 +101,23 @@ def build_trees(topology: Topology, kind: Kind, *, root: int = 0, chunks: int | 
     require_kind(kind, KINDS, "trees")
     reject_options(options, "trees", ["size"])
     size = _size(options["size"]) if "size" in options else None
-    schedule = _build(topology, kind, root, chunks, size)
+    schedule = _build(topology, kind, root, chunks, size, stagger=chunks is None)
     if chunks is None and size is not None:
         schedule = _tuned(topology, kind, root, size, schedule)
     return schedule
 
 
 def _build(topology: Topology, kind: Kind, root: int, chunks: int | None,
-           size: int | None) -> Schedule:
+           size: int | None, stagger: bool = True) -> Schedule:
+    """The schedule; ``stagger`` lets a sized reduce-scatter's lanes stagger where its
+    estimate says so (an allreduce's reduce-scatter never does: unconfirmed)."""
     if kind is Kind.ALLREDUCE:
         rs = _allgather(topology, chunks, size, Kind.REDUCESCATTER, Kind.ALLREDUCE)
         ag = _allgather(topology, rs.collective.chunks_per_rank, size, Kind.ALLGATHER)
         return concat(rs, ag).with_name(
             schedule_name("trees", chunks=rs.collective.chunks_per_rank))
     if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
-        return _allgather(topology, chunks, size, kind)
+        return _allgather(topology, chunks, size, kind, stagger=stagger)
     return _broadcast(topology, root, chunks, size, kind)
 
 
@@ -119,12 +128,25 @@ def _tuned(topology: Topology, kind: Kind, root: int, size: int,
     The estimate (:func:`_pipeline`) places the optimum only roughly where a cost model
     charges per message; from its pick, halving and doubling the chunks step by step
     while the simulation improves finds the depth the simulator (the calibrated one
-    included) prefers. Schedules over :data:`SIMULATED_TRANSFERS` are not simulated."""
+    included) prefers. Schedules over :data:`SIMULATED_TRANSFERS` are not simulated. A
+    staggered reduce-scatter small enough to simulate is first held against the plain
+    one (which wins a tie); a larger one ships as the estimate picked it."""
     from ccweave.simulate import simulate
 
-    def seconds(candidate: Schedule) -> float:
-        return simulate(candidate, topology, size).time_s
+    simulated: dict[int, float] = {}
 
+    def seconds(candidate: Schedule) -> float:
+        if id(candidate) not in simulated:
+            simulated[id(candidate)] = simulate(candidate, topology, size).time_s
+        return simulated[id(candidate)]
+
+    stagger = bool(schedule.metadata.get("staggered"))
+    if stagger and kind is Kind.REDUCESCATTER and \
+            len(schedule.transfers) <= SIMULATED_TRANSFERS:  # where simulation is cheap
+        plain = _build(topology, kind, root, None, size, stagger=False)
+        if len(plain.transfers) <= SIMULATED_TRANSFERS and \
+                seconds(plain) <= seconds(schedule):
+            schedule, stagger = plain, False
     if len(schedule.transfers) > SIMULATED_TRANSFERS or _messages_are_free(topology):
         return schedule  # too big to simulate, or the simulator would cut it to dust
     best, best_time = schedule, seconds(schedule)
@@ -135,7 +157,7 @@ def _tuned(topology: Topology, kind: Kind, root: int, size: int,
             chunks = int(chunks * step)
             if chunks < 1 or chunks * per_chunk > SIMULATED_TRANSFERS:
                 break
-            candidate = _build(topology, kind, root, chunks, size)
+            candidate = _build(topology, kind, root, chunks, size, stagger)
             time = seconds(candidate)
             if time >= best_time * (1 - GAIN):
                 break
@@ -156,17 +178,21 @@ def _size(value: object) -> int:
 
 
 def _allgather(topology: Topology, chunks: int | None, size: int | None, kind: Kind,
-               budget_for: Kind | None = None) -> Schedule:
+               budget_for: Kind | None = None, stagger: bool = False) -> Schedule:
     """Allgather on the topology's forest, or reduce-scatter on the reversed topology's
-    forest taken backwards."""
+    forest taken backwards (staggered where ``stagger`` and the estimate say so)."""
     packed_on = topology if kind is Kind.ALLGATHER else reversed_topology(topology)
     forest = allgather_forest(packed_on)
     n = topology.num_ranks
     if chunks is None and size is None:
         chunks = max(forest.units)
-    c = chunks if chunks is not None else \
-        _pipeline(forest, packed_on, size, n, TRANSFERS_PER_MOVE[budget_for or kind],
-                  kind is Kind.REDUCESCATTER)[0]
+    c, staggered = chunks, False
+    if size is not None:  # the size decides the lanes' messages, and chunks if not given
+        picked, staggered = _pipeline(forest, packed_on, size, n,
+                                      TRANSFERS_PER_MOVE[budget_for or kind],
+                                      kind is Kind.REDUCESCATTER,
+                                      stagger=stagger and kind is Kind.REDUCESCATTER)
+        c = picked if chunks is None else chunks
     c = chunks_for(c)
     trees = []
     for root in range(n):
@@ -182,7 +208,7 @@ def _allgather(topology: Topology, chunks: int | None, size: int | None, kind: K
             max(1, forest.serial)
         serial = forest.serial if copy > SERIAL_RATIO * alpha else 0
     return build(kind, topology, c, 0, trees, schedule_name("trees", chunks=c), serial,
-                 **_facts(forest))
+                 stagger=staggered, **_facts(forest))
 
 
 def _broadcast(topology: Topology, root: int, chunks: int | None, size: int | None,
@@ -270,7 +296,11 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
         if staggered:  # a message's latency passes while the one before streams
             m = STAGGERED_IN_FLIGHT
             waited = max(0.0, HIDDEN * p * hop / m - bandwidth)
-            return (bandwidth * (1 + DRAIN * m * waits / p) + depth * latency + waited
+            drain = DRAIN * (1 if reduction else m) * waits / p
+            if reduction:  # no serial rails (lower_reduction has none), see UNHIDDEN
+                waited += UNHIDDEN * p / m * hop
+                serial = 0.0
+            return (bandwidth * (1 + drain) + depth * latency + waited
                     + serial + local + c * sends * overhead / m)
         return (bandwidth * (1 + DRAIN * waits / p) + (p + depth) * latency + serial
                 + local + c * sends * overhead)
