@@ -299,11 +299,10 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
         if staggered:  # a message's latency passes while the one before streams
             m = STAGGERED_IN_FLIGHT
             waited = max(0.0, HIDDEN * p * hop / m - bandwidth)
-            drain = DRAIN * (1 if reduction else m) * waits / p
             if reduction:  # no serial rails (lower_reduction has none), see UNHIDDEN
                 waited += UNHIDDEN * p / m * hop
                 serial = 0.0
-            return (bandwidth * (1 + drain) + depth * latency + waited
+            return (bandwidth * (1 + DRAIN * m * waits / p) + depth * latency + waited
                     + serial + local + c * sends * overhead / m)
         return (bandwidth * (1 + DRAIN * waits / p) + (p + depth) * latency + serial
                 + local + c * sends * overhead)
