@@ -35,7 +35,7 @@ from ccweave.synth.forest.lower import (
 )
 from ccweave.synth.layout import chunks_for, reject_options, require_kind, schedule_name
 from ccweave.synth.registry import register
-from ccweave.topology.model import Topology
+from ccweave.topology.model import NodeKind, Topology
 from ccweave.transforms import concat
 from ccweave.units import parse_size
 
@@ -140,12 +140,13 @@ def _tuned(topology: Topology, kind: Kind, root: int, size: int,
     one (which wins a tie); a larger one ships as the estimate picked it."""
     from ccweave.simulate import simulate
 
-    simulated: dict[int, float] = {}
+    simulated: dict[int, tuple[Schedule, float]] = {}  # holding each keeps its id unique
 
     def seconds(candidate: Schedule) -> float:
         if id(candidate) not in simulated:
-            simulated[id(candidate)] = simulate(candidate, topology, size).time_s
-        return simulated[id(candidate)]
+            simulated[id(candidate)] = (candidate,
+                                        simulate(candidate, topology, size).time_s)
+        return simulated[id(candidate)][1]
 
     stagger = bool(schedule.metadata.get("staggered"))
     if stagger and kind is Kind.REDUCESCATTER and \
@@ -316,7 +317,7 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
                 serial = 0.0
             return (bandwidth * (1 + DRAIN * m * waits / p) + depth * latency + waited
                     + serial + local + c * sends * overhead / m)
-        if not plain_lanes:  # a staged lane's chunks in flight overlap their latencies
+        if not unstaged_forest:  # a staged lane's chunks in flight overlap their latencies
             per_chunk = bandwidth / p  # a lane's time per chunk on the busiest link
             staging = max(0.0, (2 * cost.staging_latency + per_chunk) / STAGED_IN_FLIGHT
                           - per_chunk)
@@ -327,8 +328,9 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
                 + local + c * sends * overhead)
 
     modes = [False]
-    plain_lanes = unstaged(topology, (edges for _, _, edges in forest.trees))
-    if stagger and plain_lanes:
+    unstaged_forest = NodeKind.CPU not in topology.fabric.values() or \
+        unstaged(topology, (edges for _, _, edges in forest.trees))
+    if stagger and unstaged_forest:
         modes.append(True)
         hop = _longest_hop(forest, topology) + cost.message_latency
     return min(((c, staggered) for staggered in modes for c in candidates(staggered)),
