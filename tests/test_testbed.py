@@ -227,6 +227,13 @@ def test_down_clears_what_a_killed_process_left():
     assert not set(emulation.namespaces) & namespaces()
 
 
+def kill_processes_with(marker: str) -> None:
+    """SIGKILL whatever a failed test left running with ``marker`` in its command line."""
+    for pid in processes_with(marker):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def processes_with(marker: str) -> list[int]:
     """Pids whose command line holds ``marker``."""
     found = []
@@ -266,9 +273,7 @@ def test_ccweave_ranks_do_not_outlive_a_killed_launcher(tmp_path):
         assert not processes_with(marker)
     finally:
         proc.kill()
-        for pid in processes_with(marker):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        kill_processes_with(marker)
         clear_leftovers("tst5")
 
 
@@ -301,9 +306,7 @@ def test_a_sigterm_to_the_command_tears_the_testbed_down(tmp_path):
         assert not list(tmp_path.glob("ccweave-*"))
     finally:
         proc.kill()
-        for pid in processes_with(marker):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        kill_processes_with(marker)
 
 
 @needs_netns
@@ -325,9 +328,7 @@ def test_closing_a_testbed_stops_what_still_runs_in_its_namespaces():
         assert not processes_with(marker)
     finally:
         bed.close()
-        for pid in processes_with(marker):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        kill_processes_with(marker)
         clear_leftovers("tst7")
 
 

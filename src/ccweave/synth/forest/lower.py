@@ -70,12 +70,10 @@ def lower(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
     buffer's ``N * c`` chunks, all the root's (broadcast). The first ``serial`` edges of
     every tree send each block one after another, :data:`IN_FLIGHT` at a time (one port:
     each receiver gets its copy fast and passes it on while the next ones are sent).
-    With ``stagger``, where no arc is staged through host memory, lanes send
-    :func:`messages` of two chunks, two in flight, half a message out of step (see
-    :data:`STAGGERED_IN_FLIGHT`). Returns the builder."""
+    With ``stagger`` (:func:`build` allows it only where no arc is staged through host
+    memory), lanes send :func:`messages` of two chunks, two in flight, half a message
+    out of step (see :data:`STAGGERED_IN_FLIGHT`). Returns the builder."""
     n = topology.num_ranks
-    trees = list(trees)
-    staggered = stagger and unstaged(topology, (edges for _, _, edges, _ in trees))
     coll = Collective(kind, n, chunks_per_rank, root)
     b = ScheduleBuilder(coll)
     c = chunks_per_rank
@@ -91,14 +89,14 @@ def lower(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
         first = taken.get(tree_root, 0)
         taken[tree_root] = first + count
         slot = (tree_root * c if kind is Kind.ALLGATHER else 0) + first
-        depth = [STAGGERED_IN_FLIGHT if staggered else in_flight(topology, via)
+        depth = [STAGGERED_IN_FLIGHT if stagger else in_flight(topology, via)
                  for _, _, via in edges]
         start = 0
         for run in shares(count, [1] * max(1, min(lanes, count))):
             channel = lane % channels
             lane += 1
             history: list[list[int]] = [[] for _ in edges]
-            for size in messages(run, staggered):
+            for size in messages(run, stagger):
                 sent: list[int] = []
                 for e, (parent, child, via) in enumerate(edges):
                     src = (IN, first + start) if parent == tree_root else (OUT, slot + start)
@@ -175,8 +173,6 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
     :func:`messages` run of chunks, two in flight. (``serial`` is for sends; it does not
     apply.)"""
     del serial
-    trees = list(trees)
-    staggered = stagger and unstaged(topology, (edges for _, _, edges, _ in trees))
     coll = Collective(kind, topology.num_ranks, chunks_per_rank, root)
     b = ScheduleBuilder(coll)
     c = chunks_per_rank
@@ -189,7 +185,7 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
         taken[tree_root] = first + count
         base = tree_root * c if kind is Kind.REDUCESCATTER else 0
         inner = sorted({parent for parent, _, _ in edges} - {tree_root})
-        depth = [STAGGERED_IN_FLIGHT if staggered else in_flight(topology, via)
+        depth = [STAGGERED_IN_FLIGHT if stagger else in_flight(topology, via)
                  for _, _, via in edges]
         j = first
         for run in shares(count, [1] * max(1, min(lanes, count))):
@@ -197,7 +193,7 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
             lane += 1
             last: list[list[int]] = [[] for _ in edges]
             seeded: dict[int, int] = {}
-            for size in messages(run, staggered):
+            for size in messages(run, stagger):
                 chunk = base + j
                 acc: dict[int, tuple[Buffer, int]] = {
                     tree_root: (OUT, j if kind is Kind.REDUCESCATTER else chunk)}
