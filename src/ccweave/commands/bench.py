@@ -166,8 +166,11 @@ def run(args) -> int:
         _output.console.print(
             f"cost model fitted on {len(calibration.fit)} calibration runs (median error "
             f"{calibration.median_error:.0%}): message overhead "
-            f"{fitted.message_overhead * 1e6:.1f} us, host bandwidth {host}, one message at "
-            "a time per connection")
+            f"{fitted.message_overhead * 1e6:.1f} us, message latency "
+            f"{fitted.message_latency * 1e6:.0f} us, link efficiency "
+            f"{fitted.link_efficiency:.2f}, host bandwidth {host}"
+            + (f", {fitted.host_cores} cores a host" if fitted.host_cores else "")
+            + ", one message at a time per connection")
     if stats:
         _output.console.print(f"prediction error |predicted - measured| / measured over "
                               f"{stats.cases} cases: median {stats.median:.0%}, worst "

@@ -196,7 +196,7 @@ def _allgather(topology: Topology, chunks: int | None, size: int | None, kind: K
         chunks = max(forest.units)
     c, staggered = chunks, False
     if size is not None:  # the size decides the lanes' messages, and chunks if not given
-        picked, staggered = _pipeline(forest, packed_on, size, n,
+        picked, staggered, _ = _pipeline(forest, packed_on, size, n,
                                       TRANSFERS_PER_MOVE[budget_for or kind],
                                       kind is Kind.REDUCESCATTER,
                                       stagger=stagger and kind is Kind.REDUCESCATTER)
@@ -226,18 +226,38 @@ def _broadcast(topology: Topology, root: int, chunks: int | None, size: int | No
     packed_on = topology if kind is Kind.BROADCAST else reversed_topology(topology)
     forest = broadcast_forest(packed_on, root)
     n = topology.num_ranks
-    total, staggered = forest.units[root], False
+    total, staggered, per_lane = forest.units[root], False, 1
+    mine = forest.of_root(root)
+    together = _lane_units(topology, mine) if kind is Kind.BROADCAST else 1
     if size is not None:  # the size decides the lanes' messages, and chunks if not given
-        total, staggered = _pipeline(forest, packed_on, size, 1, TRANSFERS_PER_MOVE[kind],
-                                     kind is Kind.REDUCE, stagger=kind is Kind.BROADCAST)
+        total, staggered, per_lane = _pipeline(
+            forest, packed_on, size, 1, TRANSFERS_PER_MOVE[kind], kind is Kind.REDUCE,
+            stagger=kind is Kind.BROADCAST, staggered_lane_units=together)
     if chunks is not None:
         total = chunks * n
     c = chunks_for(chunks, math.ceil(total / n))
-    mine = forest.of_root(root)
-    trees = [(root, count, edges, min(units, count)) for count, (units, edges)
+    trees = [(root, count, edges, min(units // per_lane, count)) for count, (units, edges)
              in zip(shares(n * c, [u for u, _ in mine]), mine) if count]
     return build(kind, topology, c, root, trees, schedule_name("trees", chunks=c),
                  stagger=staggered, **_facts(forest))
+
+
+def _lane_units(topology: Topology, trees: list[tuple[int, tuple]]) -> int:
+    """Units one staggered lane of a broadcast may carry: where no two of the root's trees
+    share a link, the units their lanes exist to weigh (ratios of fair shares) weigh
+    nothing, and the lanes of a tree would only split its links between them, each
+    pipeline the slower (torus:8x8's four arc-disjoint trees of 16 units, 1 GB: 1.047 of
+    the bound at 16 lanes a tree and 1M transfers, 1.013 at one lane and 258k); so the
+    greatest common divisor of their units, else 1. Staggered lanes only: plain ones
+    need each other to hide their latencies."""
+    used: set[int] = set()
+    for _, edges in trees:
+        links = {link for parent, child, via in edges
+                 for link in topology.route_via(parent, child, via)}
+        if used & links:
+            return 1
+        used |= links
+    return math.gcd(*(units for units, _ in trees)) or 1
 
 
 def _facts(forest: Forest) -> dict[str, object]:
@@ -248,7 +268,8 @@ def _facts(forest: Forest) -> dict[str, object]:
 
 def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
               per_move: float = 1.0, reduction: bool = False,
-              stagger: bool = False) -> tuple[int, bool]:
+              stagger: bool = False, staggered_lane_units: int = 1
+              ) -> tuple[int, bool, int]:
     """Chunks per root minimizing the estimate ``link time + drain + latency``, and whether
     its lanes are staggered: the busiest
     link's time with the chunks as shared out (fewer chunks than units unbalance the
@@ -267,8 +288,10 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
     and 1.042 with this; at 16 MB the staging latency is what keeps chunks large).
     With ``stagger`` (and no arc staged through host memory) staggered lanes are weighed
     too: two chunks a message, so half the messages and twice the drain, and no latency
-    per chunk where a message streams :data:`HIDDEN` route latencies; the lower estimate
-    of the two wins (deep trees drain too long staggered: torus:8x8)."""
+    per chunk where a message streams :data:`HIDDEN` route latencies; staggered lanes of
+    ``staggered_lane_units`` units each are weighed as well (fewer, longer lanes: see
+    :func:`_lane_units`). The lowest estimate wins; returns its chunks per root, whether
+    staggered, and the units a lane carries."""
     n = topology.num_ranks
     k = max(forest.units)
     if len(forest.trees) * n > EXACT_LOADS:  # too many arcs to weigh: take the rate
@@ -304,8 +327,8 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
             budget = min(budget, max(1, int(size // (roots * MIN_MESSAGE_BYTES))))
         return sorted(c for c in powers if c <= budget) or [1]
 
-    def estimate(c: int, staggered: bool) -> float:
-        p = max(1.0, c / k)
+    def estimate(c: int, staggered: bool, lane_units: int) -> float:
+        p = max(1.0, c * lane_units / k)  # chunks a lane carries
         bandwidth = size * loads(c) / cost.link_efficiency
         serial = p * latency * forest.serial / IN_FLIGHT  # the rails' latencies in turn
         local = fanin * size / (roots * c) / topology.local_bandwidth  # last sums at a root
@@ -327,14 +350,14 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
         return (bandwidth * (1 + DRAIN * waits / p) + (p + depth) * latency + serial
                 + local + c * sends * overhead)
 
-    modes = [False]
+    modes = [(False, 1)]
     unstaged_forest = NodeKind.CPU not in topology.fabric.values() or \
         unstaged(topology, (edges for _, _, edges in forest.trees))
     if stagger and unstaged_forest:
-        modes.append(True)
+        modes += [(True, units) for units in sorted({1, staggered_lane_units})]
         hop = _longest_hop(forest, topology) + cost.message_latency
-    return min(((c, staggered) for staggered in modes for c in candidates(staggered)),
-               key=lambda pick: estimate(*pick))
+    return min(((c, staggered, units) for staggered, units in modes
+                for c in candidates(staggered)), key=lambda pick: estimate(*pick))
 
 
 def _longest_hop(forest: Forest, topology: Topology) -> float:
