@@ -6,7 +6,11 @@ Quality: for allgather, reduce-scatter, broadcast and allreduce on every zoo mac
 random heterogeneous topologies, at 64 KB, 16 MB and 1 GB: synthesize for that size,
 prove the schedule with the verifier, simulate it and divide by the proven bound
 (allreduce: also by RS + AG, the reduce-scatter bound plus the allgather bound, which
-is what the optimal trees reach when they reduce-scatter then allgather).
+is what the optimal trees reach when they reduce-scatter then allgather). Beside trees,
+``ring`` (NCCL's ring search, several rings as channels), also proven and simulated:
+``auto`` weighs both, so what it ships is at most the faster of the two, and the 1 GB
+targets are judged on that (on torus:8x8 four edge-disjoint Hamiltonian rings reach the
+bound where the trees' deep pipelines drain long).
 
 Scale: allgather for 1 GB on ``dgx-a100:K`` from 8 to 1024 ranks and on ``ndv2:10`` (80
 GPUs), each in a fresh process (its own peak RSS): synthesis wall time (the bound, an
@@ -34,6 +38,7 @@ import numpy as np
 
 from ccweave.bounds import lower_bound
 from ccweave.collectives import Kind
+from ccweave.errors import NotApplicableError
 from ccweave.simulate import simulate
 from ccweave.synth.registry import synthesize
 from ccweave.topology import zoo
@@ -119,6 +124,19 @@ def quality_row(topology: Topology, kind: Kind, size: int) -> dict[str, object]:
     if bound.rs_ag_s is not None:
         row["rs_ag_us"] = bound.rs_ag_s * 1e6
         row["per_rs_ag"] = time_s / bound.rs_ag_s
+    try:
+        ring = synthesize(topology, kind, "ring", root=0)
+    except NotApplicableError:
+        ring_s = None
+    else:
+        verify(ring, topology)
+        ring_s = simulate(ring, topology, size).time_s
+        row["ring_per_bound"] = ring_s / bound.time_s
+    best_s = min(time_s, ring_s if ring_s is not None else time_s)
+    row["best"] = "ring" if best_s < time_s else "trees"
+    row["best_per_bound"] = best_s / bound.time_s
+    if bound.rs_ag_s is not None:
+        row["best_per_rs_ag"] = best_s / bound.rs_ag_s
     return row
 
 
@@ -127,18 +145,19 @@ def quality_text(row: dict[str, object]) -> str:
     shown = f"{size >> 30}GB" if size >= 2**30 else f"{size >> 20}MB" if size >= 2**20 \
         else f"{size >> 10}KB"
     extra = f" /rs+ag {row['per_rs_ag']:.3f}" if "per_rs_ag" in row else " " * 14
+    ring = f"{row['ring_per_bound']:>7.3f}" if "ring_per_bound" in row else "      -"
     return (f"{row['machine']:<11} {row['collective']:<13} {shown:>5} "
             f"{row['time_us']:>12.1f} {row['bound_us']:>12.1f} {row['per_bound']:>7.3f}{extra}"
             f" {row['chunks']:>6} {row['transfers']:>8} {row['synth_s']:>6.1f}s"
-            f" {row['sim_s']:>6.1f}s  load {row['load']:.1f}")
+            f" {row['sim_s']:>6.1f}s {ring}  load {row['load']:.1f}")
 
 
 QUALITY_HEADER = ("machine     collective     size     time(us)    bound(us) /bound"
-                  "      (allreduce) chunks transfers  synth    sim")
+                  "      (allreduce) chunks transfers  synth    sim  ring/bound")
 
 
 def quality(machines: tuple[str, ...], sizes: tuple[int, ...]) -> list[dict[str, object]]:
-    print("== time / bound of trees (each schedule verified, then simulated)")
+    print("== time / bound of trees, and of ring (each schedule verified, then simulated)")
     for size in sizes:
         print(f"-- {size} bytes")
         print(QUALITY_HEADER)
@@ -207,17 +226,22 @@ def targets(quality_rows, scale_rows) -> list[tuple[str, bool]]:
     for kind in ("allgather", "reducescatter", "broadcast"):
         rows = [r for r in at_1gb if r["collective"] == kind]
         if rows:
-            worst = max(rows, key=lambda r: r["per_bound"])
-            checks.append((f"{kind} time/bound at 1 GB <= {BOUND_TARGET} on every machine "
-                           f"(worst {worst['per_bound']:.3f} on {worst['machine']})",
-                           worst["per_bound"] <= BOUND_TARGET))
+            worst = max(rows, key=lambda r: r["best_per_bound"])
+            checks.append((f"{kind} time/bound at 1 GB <= {BOUND_TARGET} on every machine, "
+                           f"the faster of trees and ring (worst {worst['best_per_bound']:.3f}"
+                           f" on {worst['machine']}, {worst['best']}; trees alone "
+                           f"{max(r['per_bound'] for r in rows):.3f})",
+                           worst["best_per_bound"] <= BOUND_TARGET))
     rows = [r for r in at_1gb if r["collective"] == "allreduce"]
     if rows:
-        worst = max(rows, key=lambda r: r["per_rs_ag"])
-        checks.append((f"allreduce time/(RS+AG) at 1 GB <= {RS_AG_TARGET} (worst "
-                       f"{worst['per_rs_ag']:.3f} on {worst['machine']})",
-                       worst["per_rs_ag"] <= RS_AG_TARGET))
-    below = [r for r in quality_rows if r["per_bound"] < 1 - 1e-9]
+        worst = max(rows, key=lambda r: r["best_per_rs_ag"])
+        checks.append((f"allreduce time/(RS+AG) at 1 GB <= {RS_AG_TARGET}, the faster of trees "
+                       f"and ring (worst {worst['best_per_rs_ag']:.3f} on {worst['machine']}, "
+                       f"{worst['best']}; trees alone "
+                       f"{max(r['per_rs_ag'] for r in rows):.3f})",
+                       worst["best_per_rs_ag"] <= RS_AG_TARGET))
+    below = [r for r in quality_rows
+             if min(r["per_bound"], r.get("ring_per_bound", 2.0)) < 1 - 1e-9]
     checks.append(("no schedule below its proven bound "
                    f"({len(quality_rows)} cells)", not below))
     for row in scale_rows:
