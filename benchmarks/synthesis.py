@@ -223,23 +223,19 @@ def scale(names: tuple[str, ...]) -> list[dict[str, object]]:
 def targets(quality_rows, scale_rows) -> list[tuple[str, bool]]:
     checks = []
     at_1gb = [r for r in quality_rows if r["size"] == 2**30]
-    for kind in ("allgather", "reducescatter", "broadcast"):
+    for kind, ratio, target in (("allgather", "per_bound", BOUND_TARGET),
+                                ("reducescatter", "per_bound", BOUND_TARGET),
+                                ("broadcast", "per_bound", BOUND_TARGET),
+                                ("allreduce", "per_rs_ag", RS_AG_TARGET)):
         rows = [r for r in at_1gb if r["collective"] == kind]
         if rows:
-            worst = max(rows, key=lambda r: r["best_per_bound"])
-            checks.append((f"{kind} time/bound at 1 GB <= {BOUND_TARGET} on every machine, "
-                           f"the faster of trees and ring (worst {worst['best_per_bound']:.3f}"
-                           f" on {worst['machine']}, {worst['best']}; trees alone "
-                           f"{max(r['per_bound'] for r in rows):.3f})",
-                           worst["best_per_bound"] <= BOUND_TARGET))
-    rows = [r for r in at_1gb if r["collective"] == "allreduce"]
-    if rows:
-        worst = max(rows, key=lambda r: r["best_per_rs_ag"])
-        checks.append((f"allreduce time/(RS+AG) at 1 GB <= {RS_AG_TARGET}, the faster of trees "
-                       f"and ring (worst {worst['best_per_rs_ag']:.3f} on {worst['machine']}, "
-                       f"{worst['best']}; trees alone "
-                       f"{max(r['per_rs_ag'] for r in rows):.3f})",
-                       worst["best_per_rs_ag"] <= RS_AG_TARGET))
+            worst = max(rows, key=lambda r: r[f"best_{ratio}"])
+            shown = "time/(RS+AG)" if ratio == "per_rs_ag" else "time/bound"
+            checks.append((f"{kind} {shown} at 1 GB <= {target} on every machine, the faster "
+                           f"of trees and ring (worst {worst[f'best_{ratio}']:.3f} on "
+                           f"{worst['machine']}, {worst['best']}; trees alone "
+                           f"{max(r[ratio] for r in rows):.3f})",
+                           worst[f"best_{ratio}"] <= target))
     below = [r for r in quality_rows
              if min(r["per_bound"], r.get("ring_per_bound", 2.0)) < 1 - 1e-9]
     checks.append(("no schedule below its proven bound "
