@@ -49,6 +49,15 @@ def over_sockets(world: int, work, routes=None):
     return run_threads(world, wrapped)
 
 
+def wait_all(transport, handles, seconds: float = 30.0) -> None:
+    """Wait until every handle is done, failing (not hanging) after ``seconds``."""
+    left, deadline = list(handles), time.monotonic() + seconds
+    while left:
+        assert time.monotonic() < deadline, f"{len(left)} of {len(handles)} still pending"
+        done = transport.wait_some(left, 1.0)
+        left = [handle for n, handle in enumerate(left) if n not in done]
+
+
 @pytest.mark.parametrize("kind", ["allreduce", "allgather", "reducescatter", "alltoall",
                                   "broadcast"])
 def test_every_classic_schedule_runs_right_over_the_sockets(kind):
@@ -103,6 +112,30 @@ def test_a_landed_message_is_heard_of_beside_finished_sends():
     assert torch.equal(out, torch.ones(1000))
 
 
+def test_many_queued_messages_arrive_whole_through_small_buffers(monkeypatch):
+    """Messages queued faster than a small kernel buffer takes them go out in pieces (one
+    ``sendmsg`` may end inside a header or a message): each still arrives whole and in
+    its place, empty ones included."""
+    monkeypatch.setattr("ccweave.runtime.transport.sockets.BUFFER_BYTES", 4096)
+    sizes = [0, 1, 3, 1000, 50_000, 0, 7, 20_000] * 12
+
+    def work(transport):
+        if transport.rank == 0:
+            sends = [transport.isend(torch.arange(n, dtype=torch.float32) + k, 1, tag=k)
+                     for k, n in enumerate(sizes)]
+            wait_all(transport, sends)
+            return None
+        time.sleep(0.2)  # the sender's queue has filled the buffers
+        outs = [torch.empty(n) for n in sizes]
+        handles = [transport.irecv(out, 0, tag=k) for k, out in enumerate(outs)]
+        wait_all(transport, handles)
+        return outs
+
+    _, outs = over_sockets(2, work)
+    for k, (n, out) in enumerate(zip(sizes, outs)):
+        assert torch.equal(out, torch.arange(n, dtype=torch.float32) + k), k
+
+
 def test_channels_and_pinned_routes_each_get_a_connection():
     routes = {(0, 1, ("rail1",)): ("127.0.0.1", "127.0.0.1")}
 
@@ -114,10 +147,7 @@ def test_channels_and_pinned_routes_each_get_a_connection():
         else:
             handles = [transport.irecv(torch.empty(64), 0, 7, channel=c, route=r)
                        for c, r in ((0, None), (1, None), (0, ("rail1",)), (0, ()))]
-        left = list(range(len(handles)))
-        while left:
-            done = transport.wait_some([handles[i] for i in left], 10.0)
-            left = [i for n, i in enumerate(left) if n not in done]
+        wait_all(transport, handles)
         return set(transport.lanes)
 
     lanes0, lanes1 = over_sockets(2, work, routes)
