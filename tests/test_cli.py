@@ -41,6 +41,19 @@ def test_verify_exits_1_with_the_reason(tmp_path, capsys):
     assert code == 1 and "NOT proven" in out and "never written" in out
 
 
+def test_an_option_of_chunks_is_the_chunks_flag(tmp_path, capsys):
+    """``--option chunks=N`` (how ``bench`` sets a strategy's chunks) is ``--chunks N``."""
+    made = {}
+    for name, argv in (("flag", ["--chunks", "3"]), ("option", ["--option", "chunks=3"])):
+        out = tmp_path / f"{name}.json"
+        code, _, err = run(capsys, "synth", "ring:4", "allreduce", "--strategy", "ring",
+                           *argv, "-o", str(out))
+        assert code == 0, err
+        made[name] = json.loads(out.read_text())
+    assert made["flag"] == made["option"]
+    assert made["flag"]["collective"]["chunks_per_rank"] == 3
+
+
 def test_compare_json_has_the_documented_fields(capsys):
     code, out, _ = run(capsys, "compare", "ring:8", "allgather", "--sizes", "1MB,1GB",
                        "--json")
@@ -134,6 +147,10 @@ def test_bounds_and_topo_show(tmp_path, capsys):
      "unknown strategy 'magic'"),
     (["bounds", "dgx1", "allgather", "--sizes", "lots"], "size 'lots'"),
     (["synth", "ring:8", "alltoall", "--strategy", "direct", "-o", "x.json"], "no route"),
+    (["synth", "ring:4", "allreduce", "--strategy", "ring", "--chunks", "2", "--option",
+      "chunks=3", "-o", "x.json"], "--chunks 2 and --option chunks=3 disagree"),
+    (["synth", "ring:4", "allreduce", "--option", "root=1", "-o", "x.json"], "use --root"),
+    (["run", "ring:4", "allreduce", "--option", "chunks=two"], "whole number of chunks"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, message):
     code, _, err = run(capsys, *argv)

@@ -58,6 +58,28 @@ def strategy_options(pairs: list[str] | None) -> dict[str, object]:
     return options
 
 
+def chunks_and_options(chunks: int | None, pairs: list[str] | None
+                       ) -> tuple[int | None, dict[str, object]]:
+    """``--chunks`` and the ``--option`` pairs of ``run`` and ``synth``: ``chunks=N`` among
+    the options is ``--chunks N`` (``bench`` takes chunks as a strategy's option), and
+    an option that has a flag of its own is refused naming the flag."""
+    options = strategy_options(pairs)
+    for key, flag in (("root", "--root"), ("progress", None)):
+        if key in options:
+            fix = f"use {flag}" if flag else "drop it"
+            raise InputError(f"--option {key}=...: not a strategy option; {fix}")
+    if "chunks" in options:
+        given = options.pop("chunks")
+        if not isinstance(given, int) or given < 1:
+            raise InputError(f"--option chunks={given}: write a whole number of chunks, "
+                             "e.g. --option chunks=4")
+        if chunks is not None and chunks != given:
+            raise InputError(f"--chunks {chunks} and --option chunks={given} disagree; "
+                             "give one")
+        chunks = given
+    return chunks, options
+
+
 def _number(text: str) -> object:
     for convert in (int, float):
         try:

@@ -153,10 +153,11 @@ def _plan(args, launching: bool = False) -> Plan:
         from ccweave.runtime.launch import check_memory
 
         check_memory(args.topology, args.backend, args.nproc or topo.num_ranks, 0)
+    chunks, options = _inputs.chunks_and_options(args.chunks, args.option)
     return strategy_plan(topo, _inputs.kind(args.collective), args.strategy,
-                         _inputs.sizes(args.sizes), root=args.root, chunks=args.chunks,
+                         _inputs.sizes(args.sizes), root=args.root, chunks=chunks,
                          progress=None if args.json else _output.progress_printer(),
-                         **_inputs.strategy_options(args.option))
+                         **options)
 
 
 def _agrees(args, plan: Plan):

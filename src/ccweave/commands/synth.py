@@ -48,9 +48,10 @@ def run(args) -> int:
         raise InputError("--strategies lists auto's candidates; use it with --strategy auto")
     if args.strategy == AUTO or (args.sizes and get_strategy(args.strategy).sized):
         return _run_plan(args, topo, kind, replaced)
-    options = {**_inputs.strategy_options(args.option), **taccl_cli.flag_options(args)}
+    chunks, options = _inputs.chunks_and_options(args.chunks, args.option)
+    options.update(taccl_cli.flag_options(args))
     with taccl_cli.progress_options(args.strategy, _output.progress_console) as progress:
-        sched = build_verified(topo, kind, args.strategy, root=args.root, chunks=args.chunks,
+        sched = build_verified(topo, kind, args.strategy, root=args.root, chunks=chunks,
                                **options, **progress)
     schedule_io.save(sched, args.output)
     stats = sched.stats()
@@ -79,9 +80,10 @@ def _run_plan(args, topo, kind, replaced: bool) -> int:
         plan = best_plan(topo, kind, sizes, names, root=args.root, chunks=args.chunks,
                          progress=progress)
     else:
-        options = {**_inputs.strategy_options(args.option), **taccl_cli.flag_options(args)}
+        chunks, options = _inputs.chunks_and_options(args.chunks, args.option)
+        options.update(taccl_cli.flag_options(args))
         plan = strategy_plan(topo, kind, args.strategy, sizes, root=args.root,
-                             chunks=args.chunks, progress=progress, **options)
+                             chunks=chunks, progress=progress, **options)
     plan_io.save(plan, args.output)
     ranges = [(format_size(e.min_bytes), "inf" if e.max_bytes is None
                else format_size(e.max_bytes), e.schedule.name) for e in plan.entries]
