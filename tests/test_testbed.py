@@ -110,7 +110,7 @@ def test_each_direction_is_shaped_at_its_links_bandwidth_times_the_scale():
     assert scaled.to_machine_time(2.0) == pytest.approx(2.0 * scaled.scale)
 
 
-def test_a_hosts_fabric_queues_deep_enough_not_to_drop_ranks_and_switches_stay_shallow():
+def test_a_hosts_fabric_queues_deeper_than_ranks_and_switches():
     topology = topology_io.load(SHARED_NIC)
     ports = [port for wire in emulate(topology).wires for port in (wire.a, wire.b)]
     for port in ports:
@@ -123,7 +123,7 @@ def test_a_hosts_fabric_queues_deep_enough_not_to_drop_ranks_and_switches_stay_s
     cpus = [port for wire in emulate(mist).wires for port in (wire.a, wire.b)
             if not mist.is_rank(port.node)]
     assert cpus and all(port.queue_s == HOST_QUEUE_S for port in cpus)
-    assert HOST_QUEUE_S >= 10 * QUEUE_S
+    assert QUEUE_S < HOST_QUEUE_S < 0.5  # a lost packet must not cost seconds
 
 
 class _Detour(Topology):

@@ -44,13 +44,18 @@ QUEUE_S = 0.1
 TCP sits on its own queue and backs off when it fills; at a switch TCP sees loss, as on a
 real network, and a deeper queue there only fills up (1 s at every fabric port: the rail
 machine's 16 MB allreduce took 593 ms, against 516-527 ms in six benches at 100 ms)."""
-HOST_QUEUE_S = 1.0
-"""The ports of a host's own fabric (NIC, CPU, PCIe switch) queue this much. On the real
-host those queues do not lose packets (PCIe and CPU links by design; a NIC's queue is the
-host's, and back-pressures its TCP), but behind a veth a sender cannot feel them, and a
-shallow queue drops instead: a lost tail waits for TCP's retransmission. At 100 ms the
-shared NIC dropped 1734 packets in one 64 MB trees allgather (runs of 2.9-4.5 s; with 1 s
-none, 2.8-2.9 s) and mist's cpu1 488 and 1108 in two benches."""
+HOST_QUEUE_S = 0.2
+"""The ports of a host's own fabric (NIC, CPU, PCIe switch) queue this much. Shared by a
+host's ranks, they carry many flows at once. Under reno every flow's window grows until
+it loses a packet, so a queue there fills and drops whatever its depth; what the depth
+decides is how long a loss costs, since the retransmission timer and tail-loss probe
+scale with the round trip the queue makes. The shared NIC's 64 MB trees allgather
+(~50 lanes), benches of five rounds: six at 1 s, 0-2127 drops and rounds of 6.7-7.1 s
+in two of them (2.7-3.2 s otherwise); at 300 ms, one round of 3.4 s; at 200 ms 2295 drops, rounds
+2.74-2.83 s; at 100 ms 3976 drops, 2.72-2.77 s. A few flows lose more at a shallow queue:
+hierarchical(6, 18)'s 16 MB allgather took a median 0.69 s at 1 s, 0.72 s at 200 ms and
+0.72-0.75 s at 100 ms (trees 0.68, 0.69, 0.71). (At 100 ms under BBR, which the testbed
+used before reno, the same trees allgather dropped 1734 packets and took 2.9-4.5 s.)"""
 
 
 @dataclass(frozen=True)
