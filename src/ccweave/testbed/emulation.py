@@ -49,13 +49,14 @@ HOST_QUEUE_S = 0.2
 host's ranks, they carry many flows at once. Under reno every flow's window grows until
 it loses a packet, so a queue there fills and drops whatever its depth; what the depth
 decides is how long a loss costs, since the retransmission timer and tail-loss probe
-scale with the round trip the queue makes. The shared NIC's 64 MB trees allgather
-(~50 lanes), benches of five rounds: six at 1 s, 0-2127 drops and rounds of 6.7-7.1 s
-in two of them (2.7-3.2 s otherwise); at 300 ms, one round of 3.4 s; at 200 ms 2295 drops, rounds
-2.74-2.83 s; at 100 ms 3976 drops, 2.72-2.77 s. A few flows lose more at a shallow queue:
-hierarchical(6, 18)'s 16 MB allgather took a median 0.69 s at 1 s, 0.72 s at 200 ms and
-0.72-0.75 s at 100 ms (trees 0.68, 0.69, 0.71). (At 100 ms under BBR, which the testbed
-used before reno, the same trees allgather dropped 1734 packets and took 2.9-4.5 s.)"""
+scale with the round trip the queue makes. The shared NIC's 64 MB trees allgather (`ss`
+counted 120 connections a rank), benches of five rounds: six at 1 s, 0-2127 drops and
+rounds of 6.7-7.1 s in two of them (2.7-3.2 s otherwise); at 300 ms, one round of 3.4 s;
+at 200 ms 2295 drops, rounds 2.74-2.83 s; at 100 ms 3976 drops, 2.72-2.77 s. A few flows
+lose more at a shallow queue: hierarchical(6, 18)'s 16 MB allgather took a median 0.69 s
+at 1 s, 0.72 s at 200 ms and 0.72-0.75 s at 100 ms (trees 0.68, 0.69, 0.71). (At 100 ms
+under BBR, which the testbed used before reno, the same trees allgather dropped 1734
+packets and took 2.9-4.5 s.)"""
 
 
 @dataclass(frozen=True)
