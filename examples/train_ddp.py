@@ -110,6 +110,7 @@ def worker(rank: int, world: int, port: int | None, steps: int, strategy: str,
                 json.dump(result, handle)
         else:
             code = report(result, strategy)
+    cw.reset()  # ccweave's cached transports hold the group: let it go with destroy
     dist.destroy_process_group()
     return code
 

@@ -3,10 +3,12 @@ gloo processes; the DDP hook trains to the same loss curve as stock DDP."""
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -116,7 +118,12 @@ def _drop_in(rank: int, world: int, port: int) -> None:
         cw.broadcast(value, 3, group=pair)
         _same(value, torch.arange(12, dtype=torch.float32) * 4, "broadcast from global rank 3")
     dist.barrier()
+    held = weakref.ref(dist.group.WORLD)
+    cw.all_reduce(torch.ones(8))  # ccweave caches a transport that holds the group
+    cw.reset()  # lets it go
     dist.destroy_process_group()
+    gc.collect()
+    assert held() is None, "the destroyed group is still held after ccweave.torch.reset()"
 
 
 def test_drop_in_collectives_match_torch_distributed(monkeypatch):

@@ -13,6 +13,7 @@ that do not split into the schedule's chunks are padded through a temporary buff
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,12 +84,20 @@ def use_auto(topology: str | Path, *kinds: str, sizes: Sequence[int] | None = No
 
 
 def reset() -> None:
-    """Forget registered plans, cached executors and transports (e.g. after a new group)."""
+    """Forget registered plans, cached executors and transports (e.g. after a new group).
+
+    The cached transports hold their process groups: call this before
+    ``destroy_process_group`` to let the group go there, as it does in a program without
+    ccweave. At exit it runs by itself (``atexit``), so a group ccweave still holds is not
+    torn down during interpreter finalization, with gloo's threads still running."""
     _plans.clear()
     _defaults.clear()
     _executors.clear()
     _transports.clear()
     _in_place.clear()
+
+
+atexit.register(reset)
 
 
 # ------------------------------------------------------------------ plumbing
