@@ -132,8 +132,9 @@ def test_drop_in_collectives_match_torch_distributed(monkeypatch):
 
 
 def test_ddp_hook_trains_to_the_same_loss_curve_as_stock_ddp():
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a rank that aborts shows where it was
     result = subprocess.run([sys.executable, str(ROOT / "examples" / "train_ddp.py"),
                              "--steps", "12", "--tolerance", "1e-5"],
-                            capture_output=True, text=True, timeout=600)
+                            capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "same curve" in result.stdout
