@@ -3,6 +3,7 @@ gloo processes; the DDP hook trains to the same loss curve as stock DDP."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import socket
@@ -119,11 +120,22 @@ def _drop_in(rank: int, world: int, port: int) -> None:
         _same(value, torch.arange(12, dtype=torch.float32) * 4, "broadcast from global rank 3")
     dist.barrier()
     held = weakref.ref(dist.group.WORLD)
-    cw.all_reduce(torch.ones(8))  # ccweave caches a transport that holds the group
-    cw.reset()  # lets it go
+    cw.all_reduce(torch.ones(4096))  # ccweave caches a transport that holds the group
+    assert _outboxes() > 0, "the 16 KB allreduce did not go through shared memory"
+    cw.reset()  # lets it go, and unmaps the shared memory
+    assert _outboxes() == 0, "reset() left a shared-memory outbox open"
     dist.destroy_process_group()
     gc.collect()
     assert held() is None, "the destroyed group is still held after ccweave.torch.reset()"
+
+
+def _outboxes() -> int:
+    """This process's open shared-memory outboxes (memfds)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(FileNotFoundError):  # the listing's own, closed by now
+            count += "ccweave-outbox" in os.readlink(f"/proc/self/fd/{fd}")
+    return count
 
 
 def test_drop_in_collectives_match_torch_distributed(monkeypatch):

@@ -86,10 +86,14 @@ def use_auto(topology: str | Path, *kinds: str, sizes: Sequence[int] | None = No
 def reset() -> None:
     """Forget registered plans, cached executors and transports (e.g. after a new group).
 
-    The cached transports hold their process groups: call this before
-    ``destroy_process_group`` to let the group go there, as it does in a program without
-    ccweave. At exit it runs by itself (``atexit``), so a group ccweave still holds is not
-    torn down during interpreter finalization, with gloo's threads still running."""
+    Each transport is closed first: shared memory waits (5 s at most) until its peers
+    have read what it sent, then unmaps. The cached transports hold their process groups:
+    call this before ``destroy_process_group`` to let the group go there, as it does in a
+    program without ccweave (on every rank: a group's next call here makes its transport
+    anew, a collective). At exit it runs by itself (``atexit``), so a group ccweave still
+    holds is not torn down during interpreter finalization, with gloo's threads running."""
+    for transport in _transports.values():
+        transport.close()
     _plans.clear()
     _defaults.clear()
     _executors.clear()
