@@ -68,21 +68,10 @@ def make_buffers(collective: Collective, rank: int, layout: Layout, dtype: torch
     return data, torch.full((layout.output,), SENTINEL, dtype=dtype, device=device)
 
 
-def expected(collective: Collective, rank: int, layout: Layout, dtype: torch.dtype,
-             op: RedOp, device: torch.device | str = "cpu") -> torch.Tensor | None:
-    """What ``rank``'s output must hold after the run (``None``: it has no output)."""
-    if not collective.has_output(rank):
-        return None
-    e = layout.chunk
-    out = torch.empty(layout.output, dtype=dtype, device=device)
-    for j in range(collective.output_chunks):
-        out[j * e:(j + 1) * e] = _expected_chunk(collective, rank, j, e, dtype, op, device)
-    return out
-
-
-def _expected_chunk(collective: Collective, rank: int, j: int, chunk: int,
-                    dtype: torch.dtype, op: RedOp, device: torch.device | str) -> torch.Tensor:
-    """Output chunk ``j`` of ``rank`` (as int64): its sources' inputs combined."""
+def expected_chunk(collective: Collective, rank: int, j: int, chunk: int,
+                   dtype: torch.dtype, op: RedOp, device: torch.device | str) -> torch.Tensor:
+    """What output chunk ``j`` of ``rank`` must hold after the run (as int64): its
+    sources' inputs combined."""
     mask, index = collective.unpack(collective.postcondition[(rank, j)])
     total = None
     for source in range(collective.num_ranks):
@@ -114,15 +103,15 @@ def output_view(collective: Collective, rank: int, layout: Layout, output: torch
 
 def count_wrong(collective: Collective, rank: int, layout: Layout, output: torch.Tensor,
                 op: RedOp, in_place: bool) -> int:
-    """Elements of ``rank``'s output that differ from :func:`expected` (0 when it has none),
-    compared a chunk at a time so the check holds one chunk's expectation, not a second
-    output buffer (a 64 MB allreduce rank peaked 0.3 GB higher checked than not)."""
+    """Elements of ``rank``'s output that differ from :func:`expected_chunk` (0 when it
+    has none), compared a chunk at a time so the check holds one chunk's expectation, not
+    a second output buffer (a 64 MB allreduce rank peaked 0.3 GB higher checked than not)."""
     if not collective.has_output(rank):
         return 0
     got = output_view(collective, rank, layout, output, in_place)
     e = layout.chunk
     wrong = 0
     for j in range(collective.output_chunks):
-        want = _expected_chunk(collective, rank, j, e, output.dtype, op, output.device)
+        want = expected_chunk(collective, rank, j, e, output.dtype, op, output.device)
         wrong += int((got[j * e:(j + 1) * e] != want.to(output.dtype)).sum().item())
     return wrong
