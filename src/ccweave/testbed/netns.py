@@ -135,12 +135,12 @@ class Testbed:
         reason = unavailable_reason()
         if reason:
             raise TestbedUnavailable(reason)
-        with signals_deferred():
-            try:
+        try:
+            with signals_deferred():
                 self._build()
-            except BaseException:
-                self.close()
-                raise
+        except BaseException:  # a failure, or an interrupt held during the build and
+            self.close()       # delivered at its end (the test's SIGTERM once left 3)
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
