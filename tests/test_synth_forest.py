@@ -21,7 +21,8 @@ from ccweave.simulate import simulate
 from ccweave.synth import synthesize
 from ccweave.synth.forest import allgather_forest, broadcast_forest
 from ccweave.synth.forest.boxes import detect, fitting_time
-from ccweave.synth.forest.lower import messages
+from ccweave.synth.forest.forest import reversed_topology
+from ccweave.synth.forest.lower import messages, nic_fed
 from ccweave.synth.forest.network import Network, fold_chains, from_topology
 from ccweave.synth.forest.rate import feasible
 from ccweave.synth.forest.split import split_fabric, splittable
@@ -191,6 +192,44 @@ def test_staggered_reduce_scatter_ships_where_it_simulates_faster(machine, most)
     ratio = simulate(schedule, topology, 2**30).time_s / \
         lower_bound(topology, Kind.REDUCESCATTER, 2**30).time_s
     assert 1.0 <= ratio <= most, ratio
+
+
+def _reduction_trees(topology):
+    forest = allgather_forest(reversed_topology(topology))
+    return [(root, 4, edges, units) for root in range(topology.num_ranks)
+            for units, edges in forest.of_root(root)]
+
+
+def test_sums_bound_for_another_box_get_priority_where_they_share_ports():
+    """On dgx2:2 a GPU's switch port and PCIe link are saturated and carry both the sums
+    bound for the other box and the box's own: the former (every arc at or below a NIC
+    crossing) are marked, the latter never. On dgx-a100:4 only NIC routes carry them,
+    and nothing else does: no arc is marked."""
+    topology = zoo.get("dgx2:2")
+    trees = _reduction_trees(topology)
+    marked = 0
+    for (root, _, edges, _), flags in zip(trees, nic_fed(topology, trees)):
+        box = topology.groups["node"][0 if root < 16 else 1]
+        for (parent, child, _), flag in zip(edges, flags):
+            assert not flag or child not in box, (root, parent, child)  # sums that stay
+            marked += flag
+    assert marked > 0
+    topology = zoo.get("dgx-a100:4")
+    trees = _reduction_trees(topology)
+    assert not any(any(flags) for flags in nic_fed(topology, trees))
+
+
+def test_a_reduce_scatter_across_two_boxes_feeds_its_nics_first():
+    """dgx-a100:2's 1 GB reduce-scatter: the sums bound for the other box reach a NIC only
+    once the levels below it have filled, and with fair shares never catch up; the NICs
+    then carry the backlog alone (1.051 of the bound). One more in flight on the arcs
+    that feed them takes it to 1.007."""
+    topology = zoo.get("dgx-a100:2")
+    schedule = synthesize(topology, Kind.REDUCESCATTER, "trees", size=2**30)
+    verify(schedule, topology)
+    ratio = simulate(schedule, topology, 2**30).time_s / \
+        lower_bound(topology, Kind.REDUCESCATTER, 2**30).time_s
+    assert 1.0 <= ratio <= 1.02, ratio
 
 
 def test_a_pipeline_held_by_its_transfer_budget_takes_all_of_it():

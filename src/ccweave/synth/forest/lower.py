@@ -40,6 +40,20 @@ in step as one message twice the size; so a staggered lane's first message is on
 and the rest two (:func:`messages`): while one message streams, the next one's latency
 passes, and the port never waits (1.002)."""
 
+NIC_FED_EXTRA = 1
+"""Chunks (staggered: messages) more in flight on a reduction's arc whose sums go on
+through a NIC, where the arc's route is nearly saturated (:func:`nic_fed`): fair shares
+then favour the sums that still have the long way to go. Their first messages reach a
+NIC only after the levels below it have filled; with plain shares they never catch up,
+and the NIC carries the backlog alone after the GPUs' ports are done (dgx2:2's 1 GB
+reduce-scatter: 1.079 of the bound at 64 chunks a rank, 1.029 with one more in flight;
+staggered at 201 chunks 1.089, 1.027)."""
+SATURATED = 0.95
+"""A link carrying at least this share of the busiest link's load is saturated: an arc
+through one gains from priority. Where a NIC-fed arc's links have slack (dgx-a100:4's
+switch ports carry 0.78 of its NICs' load, ndv2's PCIe less), it gets its rate anyway,
+and more in flight only slows the arcs beside it (dgx-a100:4 1.016 -> 1.044)."""
+
 THREADBLOCKS = 128
 """Threadblocks a GPU may give MSCCL and still wait on any of them (a step's ``depid`` is 8
 bits, 0..127); lanes go on channels, up to two threadblocks per peer on each."""
@@ -121,6 +135,34 @@ def messages(run: int, staggered: bool) -> list[int]:
     return [1] + [2] * ((run - 1) // 2) + [1] * ((run - 1) % 2)
 
 
+def nic_fed(topology: Topology, trees: Sequence[Tree]) -> list[list[bool]]:
+    """Per tree of a reduction (out-trees of the reversed topology, ``edges`` parents
+    first), per arc: whether the sums it carries cross a NIC on their way to the root
+    (its own route passes one, or its parent's path does) and its route passes a
+    :data:`SATURATED` link (each tree's chunks counted on every link it crosses) that
+    also carries sums that do not: only there does a larger share take anything from
+    the sums that have less far to go."""
+    routes = [[list(topology.route_via(child, parent, tuple(reversed(via))))
+               for parent, child, via in edges] for _, _, edges, _ in trees]
+    crossing = []
+    for tree_root, _, edges, _ in trees:
+        crosses = {tree_root: False}
+        for parent, child, via in edges:
+            crosses[child] = crosses[parent] or \
+                any(topology.kind(node) is NodeKind.NIC for node in via)
+        crossing.append([crosses[child] for _, child, _ in edges])
+    load = np.zeros(len(topology.links))
+    local = np.zeros(len(topology.links), dtype=bool)  # also carries sums that stay
+    for (_, count, _, _), arcs, crosses in zip(trees, routes, crossing):
+        for links, fed in zip(arcs, crosses):
+            load[links] += count
+            local[links] |= not fed
+    load /= topology.bandwidths
+    contended = local & (load >= SATURATED * load.max())
+    return [[fed and bool(contended[links].any()) for links, fed in zip(arcs, crosses)]
+            for arcs, crosses in zip(routes, crossing)]
+
+
 def unstaged(topology: Topology, tree_edges: Iterable[Sequence[Edge]]) -> bool:
     """No arc of these trees is staged through host memory: their lanes may stagger."""
     return all(in_flight(topology, via) == 1 for edges in tree_edges for _, _, via in edges)
@@ -167,9 +209,11 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
     root, a scratch slot at an inner rank, its own input at a leaf) and sends the sum to
     its parent, which receives each child into a scratch slot of its own (children arrive
     side by side) and adds it locally; lanes and the FIFO per arc are as in
-    :func:`lower`. A lane seeds its accumulators one chunk after another (all at once,
-    the local copies would share the rank's memory and the first sum would wait for the
-    last copy). ``stagger`` is as in :func:`lower`: a message of partial sums is a
+    :func:`lower`, but an arc whose sums go on through a NIC keeps
+    :data:`NIC_FED_EXTRA` more in flight where it contends with sums that stay
+    (:func:`nic_fed`). A lane seeds its accumulators one chunk after another (all at
+    once, the local copies would share the rank's memory and the first sum would wait
+    for the last copy). ``stagger`` is as in :func:`lower`: a message of partial sums is a
     :func:`messages` run of chunks, two in flight. (``serial`` is for sends; it does not
     apply.)"""
     del serial
@@ -180,13 +224,14 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
     taken: dict[int, int] = {}
     channels = channel_count(topology.num_ranks)
     lane = 0
-    for tree_root, count, edges, lanes in trees:
+    trees = list(trees)
+    for (tree_root, count, edges, lanes), fed in zip(trees, nic_fed(topology, trees)):
         first = taken.get(tree_root, 0)
         taken[tree_root] = first + count
         base = tree_root * c if kind is Kind.REDUCESCATTER else 0
         inner = sorted({parent for parent, _, _ in edges} - {tree_root})
-        depth = [STAGGERED_IN_FLIGHT if stagger else in_flight(topology, via)
-                 for _, _, via in edges]
+        depth = [(STAGGERED_IN_FLIGHT if stagger else in_flight(topology, via))
+                 + NIC_FED_EXTRA * priority for (_, _, via), priority in zip(edges, fed)]
         j = first
         for run in shares(count, [1] * max(1, min(lanes, count))):
             channel = lane % channels
@@ -221,4 +266,5 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
     return b
 
 
-__all__ = ["Edge", "Tree", "build", "lower", "lower_reduction", "messages", "shares", "unstaged"]
+__all__ = ["Edge", "Tree", "build", "lower", "lower_reduction", "messages", "nic_fed", "shares",
+           "unstaged"]
