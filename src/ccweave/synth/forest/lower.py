@@ -142,25 +142,35 @@ def nic_fed(topology: Topology, trees: Sequence[Tree]) -> list[list[bool]]:
     :data:`SATURATED` link (each tree's chunks counted on every link it crosses) that
     also carries sums that do not: only there does a larger share take anything from
     the sums that have less far to go."""
-    routes = [[list(topology.route_via(child, parent, tuple(reversed(via))))
-               for parent, child, via in edges] for _, _, edges, _ in trees]
+    through_nic: dict[tuple[str, ...], bool] = {}
     crossing = []
     for tree_root, _, edges, _ in trees:
         crosses = {tree_root: False}
         for parent, child, via in edges:
-            crosses[child] = crosses[parent] or \
-                any(topology.kind(node) is NodeKind.NIC for node in via)
+            if via not in through_nic:
+                through_nic[via] = any(topology.kind(node) is NodeKind.NIC for node in via)
+            crosses[child] = crosses[parent] or through_nic[via]
         crossing.append([crosses[child] for _, child, _ in edges])
+    carried: dict[Edge, int] = {}  # chunks over each arc, summed over the trees
+    stays: set[Edge] = set()  # arcs that carry sums staying on this side of every NIC
+    for (_, count, edges, _), crosses in zip(trees, crossing):
+        for edge, fed in zip(edges, crosses):
+            carried[edge] = carried.get(edge, 0) + count
+            if not fed:
+                stays.add(edge)
+    routes = {edge: list(topology.route_via(edge[1], edge[0], tuple(reversed(edge[2]))))
+              for edge in carried}
     load = np.zeros(len(topology.links))
-    local = np.zeros(len(topology.links), dtype=bool)  # also carries sums that stay
-    for (_, count, _, _), arcs, crosses in zip(trees, routes, crossing):
-        for links, fed in zip(arcs, crosses):
-            load[links] += count
-            local[links] |= not fed
+    local = np.zeros(len(topology.links), dtype=bool)
+    for edge, count in carried.items():
+        load[routes[edge]] += count
+        if edge in stays:
+            local[routes[edge]] = True
     load /= topology.bandwidths
     contended = local & (load >= SATURATED * load.max())
-    return [[fed and bool(contended[links].any()) for links, fed in zip(arcs, crosses)]
-            for arcs, crosses in zip(routes, crossing)]
+    hot = {edge: bool(contended[links].any()) for edge, links in routes.items()}
+    return [[fed and hot[edge] for edge, fed in zip(edges, crosses)]
+            for (_, _, edges, _), crosses in zip(trees, crossing)]
 
 
 def unstaged(topology: Topology, tree_edges: Iterable[Sequence[Edge]]) -> bool:
