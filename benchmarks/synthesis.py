@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ import numpy as np
 from ccweave.bounds import lower_bound
 from ccweave.collectives import Kind
 from ccweave.errors import NotApplicableError
+from ccweave.peak_rss import peak_rss_bytes
 from ccweave.simulate import simulate
 from ccweave.synth.registry import synthesize
 from ccweave.topology import zoo
@@ -71,7 +71,7 @@ def load() -> float:
 
 
 def peak_rss_gib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    return peak_rss_bytes() / 2**30
 
 
 # ----------------------------------------------------------------- machines

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 from ccweave import schedule as schedule_io
 from ccweave.collectives import Collective, Kind
 from ccweave.errors import CCWeaveError, InputError, NotApplicableError, printable, say
+from ccweave.peak_rss import peak_rss_bytes
 from ccweave.runtime.layout import layout_for_bytes
 from ccweave.runtime.measure import Options, Result, Runner, measure_call, parse_dtype, type_name
 from ccweave.runtime.native import native_call, native_name
@@ -220,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results = run_cases(iter_cases(args.cases), transport, args.timeout,
                                 progress=_print_progress if args.progress else None,
                                 total=measurements(args.cases))
-            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            rss = peak_rss_bytes() / 2**20
             peaks = transport.sum_values([rss if r == job.rank else 0.0
                                           for r in range(job.world_size)])
             transport.barrier()
