@@ -360,8 +360,8 @@ def signals_deferred() -> Iterator[None]:
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-        for sig in caught:
-            os.kill(os.getpid(), sig)
+        for sig in caught:  # to this thread, handled before raise_signal returns
+            signal.raise_signal(sig)
 
 
 def _batch(command: list[str], lines: list[str], check: bool = True) -> None:
