@@ -52,7 +52,8 @@ SATURATED = 0.95
 """A link carrying at least this share of the busiest link's load is saturated: an arc
 through one gains from priority. Where a NIC-fed arc's links have slack (dgx-a100:4's
 switch ports carry 0.78 of its NICs' load, ndv2's PCIe less), it gets its rate anyway,
-and more in flight only slows the arcs beside it (dgx-a100:4 1.016 -> 1.044)."""
+and more in flight only slows the arcs beside it (dgx-a100:4 with every NIC-fed arc at
+twice the messages in flight: 1.016 -> 1.044)."""
 
 THREADBLOCKS = 128
 """Threadblocks a GPU may give MSCCL and still wait on any of them (a step's ``depid`` is 8
