@@ -40,6 +40,17 @@ in step as one message twice the size; so a staggered lane's first message is on
 and the rest two (:func:`messages`): while one message streams, the next one's latency
 passes, and the port never waits (1.002)."""
 
+STAGED_LINES = 2
+"""Channels a staggered lane's messages alternate between on an arc staged through host
+memory, where :func:`build` is asked for them. A staged copy moves one message at a
+time through each host buffer (a channel's), paying the staging latency for each; with
+two buffers one message's latency passes while the other's streams. With one, a
+staggered lane's staged arcs fall behind the lanes beside them (dgx1's 1 GB broadcast,
+staggered at 8192 chunks a rank: 1.061 of the bound, 1.029 with two; plain lanes, which
+cannot stagger there, leave the root's NVLinks idle for a link latency after every
+chunk: 1.042). Where host memory is the link the staged arcs share it can lose (cedar:
+1.016 -> 1.10), so the strategy keeps it only where it simulates faster."""
+
 NIC_FED_EXTRA = 1
 """Chunks (staggered: messages) more in flight on a reduction's arc whose sums go on
 through a NIC, where the arc's route is nearly saturated (:func:`nic_fed`): fair shares
@@ -79,15 +90,19 @@ def shares(total: int, weights: Sequence[int]) -> list[int]:
 
 
 def lower(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
-          trees: Iterable[Tree], serial: int = 0, stagger: bool = False) -> ScheduleBuilder:
+          trees: Iterable[Tree], serial: int = 0, stagger: bool = False,
+          staged_lines: int = 1) -> ScheduleBuilder:
     """Allgather or broadcast along ``trees``, each taking the next ``chunks`` of its
     root's chunks in turn: root ``r``'s output slots ``r * c ...`` (allgather) or the
     buffer's ``N * c`` chunks, all the root's (broadcast). The first ``serial`` edges of
     every tree send each block one after another, :data:`IN_FLIGHT` at a time (one port:
     each receiver gets its copy fast and passes it on while the next ones are sent).
     With ``stagger`` (:func:`build` allows it only where no arc is staged through host
-    memory), lanes send :func:`messages` of two chunks, two in flight, half a message
-    out of step (see :data:`STAGGERED_IN_FLIGHT`). Returns the builder."""
+    memory, or where ``staged_lines`` are more than one), lanes send :func:`messages` of
+    two chunks, two in flight, half a message out of step (see
+    :data:`STAGGERED_IN_FLIGHT`); on a staged arc a lane keeps its
+    :data:`STAGED_IN_FLIGHT` and its messages take ``staged_lines`` channels in turn
+    (see :data:`STAGED_LINES`). Returns the builder."""
     n = topology.num_ranks
     coll = Collective(kind, n, chunks_per_rank, root)
     b = ScheduleBuilder(coll)
@@ -99,20 +114,23 @@ def lower(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
         b.copy(root, root, (IN, 0), (OUT, 0), coll.total_chunks)
     taken: dict[int, int] = {}
     channels = channel_count(topology.num_ranks)
+    lines = max(1, min(staged_lines, channels))
     lane = 0
     for tree_root, count, edges, lanes in trees:
         first = taken.get(tree_root, 0)
         taken[tree_root] = first + count
         slot = (tree_root * c if kind is Kind.ALLGATHER else 0) + first
-        depth = [STAGGERED_IN_FLIGHT if stagger else in_flight(topology, via)
+        staged = [in_flight(topology, via) > 1 for _, _, via in edges]
+        depth = [max(STAGGERED_IN_FLIGHT if stagger else 1, in_flight(topology, via))
                  for _, _, via in edges]
         start = 0
         for run in shares(count, [1] * max(1, min(lanes, count))):
             channel = lane % channels
             lane += 1
             history: list[list[int]] = [[] for _ in edges]
-            for size in messages(run, stagger):
+            for m, size in enumerate(messages(run, stagger)):
                 sent: list[int] = []
+                line = (channel + (m % lines) * (channels // lines)) % channels
                 for e, (parent, child, via) in enumerate(edges):
                     src = (IN, first + start) if parent == tree_root else (OUT, slot + start)
                     before = history[e]
@@ -120,7 +138,8 @@ def lower(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
                     if e < serial and len(sent) >= IN_FLIGHT:
                         after.append(sent[-IN_FLIGHT])
                     before.append(b.add(parent, child, *src, OUT, slot + start, size,
-                                        channel=channel, after=after, via=via))
+                                        channel=line if staged[e] else channel,
+                                        after=after, via=via))
                     del before[:-depth[e]]
                     sent.append(before[-1])
                 start += size
@@ -195,19 +214,27 @@ def channel_count(num_ranks: int) -> int:
 
 def build(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
           trees: Iterable[Tree], name: str, serial: int = 0, stagger: bool = False,
-          **metadata: object) -> Schedule:
+          staged_lines: int = 1, **metadata: object) -> Schedule:
     """:func:`lower` or :func:`lower_reduction` (for reduce-scatter and reduce: ``trees``
     are out-trees of the reversed topology), then the schedule; its metadata says
-    whether the lanes ``staggered``."""
+    whether the lanes ``staggered``, and over how many ``staged_lines`` where they
+    stagger over staged arcs too (allgather and broadcast only: ``staged_lines`` more
+    than one lets them)."""
     trees = list(trees)
-    stagger = stagger and unstaged(topology, (edges for _, _, edges, _ in trees))
+    if unstaged(topology, (edges for _, _, edges, _ in trees)):
+        staged_lines = 1
+    elif staged_lines == 1 or kind in (Kind.REDUCESCATTER, Kind.REDUCE):
+        stagger, staged_lines = False, 1
     if stagger:
         metadata["staggered"] = True
+    if staged_lines > 1 and stagger:
+        metadata["staged_lines"] = staged_lines
     if kind in (Kind.REDUCESCATTER, Kind.REDUCE):
         builder = lower_reduction(kind, topology, chunks_per_rank, root, trees, serial,
                                   stagger)
     else:
-        builder = lower(kind, topology, chunks_per_rank, root, trees, serial, stagger)
+        builder = lower(kind, topology, chunks_per_rank, root, trees, serial, stagger,
+                        staged_lines if stagger else 1)
     return builder.build(name, topology=topology.name, **metadata)
 
 
@@ -277,5 +304,5 @@ def lower_reduction(kind: Kind, topology: Topology, chunks_per_rank: int, root: 
     return b
 
 
-__all__ = ["Edge", "Tree", "build", "lower", "lower_reduction", "messages", "nic_fed", "shares",
-           "unstaged"]
+__all__ = ["STAGED_LINES", "Edge", "Tree", "build", "lower", "lower_reduction", "messages",
+           "nic_fed", "shares", "unstaged"]

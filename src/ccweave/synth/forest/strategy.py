@@ -28,6 +28,7 @@ from ccweave.synth.forest.forest import (
 from ccweave.synth.forest.lower import (
     IN_FLIGHT,
     STAGED_IN_FLIGHT,
+    STAGED_LINES,
     STAGGERED_IN_FLIGHT,
     build,
     shares,
@@ -135,9 +136,13 @@ def _tuned(topology: Topology, kind: Kind, root: int, size: int,
     The estimate (:func:`_pipeline`) places the optimum only roughly where a cost model
     charges per message; from its pick, halving and doubling the chunks step by step
     while the simulation improves finds the depth the simulator (the calibrated one
-    included) prefers. Schedules over :data:`SIMULATED_TRANSFERS` are not simulated. A
+    included) prefers. Schedules over :data:`SIMULATED_TRANSFERS` are not tuned. A
     staggered reduce-scatter small enough to simulate is first held against the plain
-    one (which wins a tie); a larger one ships as the estimate picked it."""
+    one (which wins a tie); a larger one ships as the estimate picked it. A plain
+    broadcast whose forest has staged arcs is then held against the same messages
+    staggered (twice the chunks, two host buffers per staged arc: see
+    :data:`~ccweave.synth.forest.lower.STAGED_LINES`), whatever its size: the estimate
+    does not weigh that form."""
     from ccweave.simulate import simulate
 
     simulated: dict[int, tuple[Schedule, float]] = {}  # holding each keeps its id unique
@@ -155,23 +160,33 @@ def _tuned(topology: Topology, kind: Kind, root: int, size: int,
         if len(plain.transfers) <= SIMULATED_TRANSFERS and \
                 seconds(plain) <= seconds(schedule):
             schedule, stagger = plain, False
-    if len(schedule.transfers) > SIMULATED_TRANSFERS or _messages_are_free(topology):
-        return schedule  # too big to simulate, or the simulator would cut it to dust
-    best, best_time = schedule, seconds(schedule)
-    per_chunk = len(schedule.transfers) / schedule.collective.chunks_per_rank
-    for step in (2.0, 0.5):
-        chunks = best.collective.chunks_per_rank
-        while True:
-            chunks = int(chunks * step)
-            if chunks < 1 or chunks * per_chunk > SIMULATED_TRANSFERS:
-                break
-            candidate = _build(topology, kind, root, chunks, size, stagger)
-            time = seconds(candidate)
-            if time >= best_time * (1 - GAIN):
-                break
-            best, best_time = candidate, time
-        if best is not schedule:
-            break  # doubling helped: no need to try halving
+    if _messages_are_free(topology):
+        return schedule  # the simulator would cut it to dust
+    best = schedule
+    if len(schedule.transfers) <= SIMULATED_TRANSFERS:  # else too big to tune
+        best_time = seconds(schedule)
+        per_chunk = len(schedule.transfers) / schedule.collective.chunks_per_rank
+        for step in (2.0, 0.5):
+            chunks = best.collective.chunks_per_rank
+            while True:
+                chunks = int(chunks * step)
+                if chunks < 1 or chunks * per_chunk > SIMULATED_TRANSFERS:
+                    break
+                candidate = _build(topology, kind, root, chunks, size, stagger)
+                time = seconds(candidate)
+                if time >= best_time * (1 - GAIN):
+                    break
+                best, best_time = candidate, time
+            if best is not schedule:
+                break  # doubling helped: no need to try halving
+    if kind is Kind.BROADCAST and not stagger and 2 * best.collective.chunks_per_rank \
+            <= MAX_CHUNKS_PER_RANK and not unstaged(topology, (
+                edges for _, _, edges in broadcast_forest(topology, root).trees)):
+        # the same messages, staggered, on two channels where staged (STAGED_LINES)
+        lined = _broadcast(topology, root, 2 * best.collective.chunks_per_rank, None,
+                           kind, STAGED_LINES)
+        if seconds(lined) < seconds(best) * (1 - GAIN):
+            return lined
     return best
 
 
@@ -220,9 +235,10 @@ def _allgather(topology: Topology, chunks: int | None, size: int | None, kind: K
 
 
 def _broadcast(topology: Topology, root: int, chunks: int | None, size: int | None,
-               kind: Kind) -> Schedule:
+               kind: Kind, staged_lines: int = 1) -> Schedule:
     """Broadcast on the topology's forest from ``root``, or reduce on the reversed
-    topology's forest taken backwards."""
+    topology's forest taken backwards. ``staged_lines`` more than one: a broadcast of
+    ``chunks`` staggered over staged arcs too (:data:`~.lower.STAGED_LINES`)."""
     packed_on = topology if kind is Kind.BROADCAST else reversed_topology(topology)
     forest = broadcast_forest(packed_on, root)
     n = topology.num_ranks
@@ -235,11 +251,13 @@ def _broadcast(topology: Topology, root: int, chunks: int | None, size: int | No
             stagger=kind is Kind.BROADCAST, staggered_lane_units=together)
     if chunks is not None:
         total = chunks * n
+    if staged_lines > 1:
+        staggered, per_lane = True, 1
     c = chunks_for(chunks, math.ceil(total / n))
     trees = [(root, count, edges, min(units // per_lane, count)) for count, (units, edges)
              in zip(shares(n * c, [u for u, _ in mine]), mine) if count]
     return build(kind, topology, c, root, trees, schedule_name("trees", chunks=c),
-                 stagger=staggered, **_facts(forest))
+                 stagger=staggered, staged_lines=staged_lines, **_facts(forest))
 
 
 def _lane_units(topology: Topology, trees: list[tuple[int, tuple]]) -> int:
