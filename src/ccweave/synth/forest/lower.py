@@ -224,17 +224,19 @@ def build(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
     if unstaged(topology, (edges for _, _, edges, _ in trees)):
         staged_lines = 1
     elif staged_lines == 1 or kind in (Kind.REDUCESCATTER, Kind.REDUCE):
-        stagger, staged_lines = False, 1
+        stagger = False  # over one host buffer its staged arcs would fall behind
+    if not stagger:
+        staged_lines = 1
     if stagger:
         metadata["staggered"] = True
-    if staged_lines > 1 and stagger:
+    if staged_lines > 1:
         metadata["staged_lines"] = staged_lines
     if kind in (Kind.REDUCESCATTER, Kind.REDUCE):
         builder = lower_reduction(kind, topology, chunks_per_rank, root, trees, serial,
                                   stagger)
     else:
         builder = lower(kind, topology, chunks_per_rank, root, trees, serial, stagger,
-                        staged_lines if stagger else 1)
+                        staged_lines)
     return builder.build(name, topology=topology.name, **metadata)
 
 
