@@ -67,6 +67,36 @@ def slow_port_switches(draw, min_ranks: int = 2, max_ranks: int = 6) -> Topology
 
 
 @st.composite
+def host_staged(draw, min_ranks: int = 2, max_ranks: int = 6) -> Topology:
+    """GPU servers in miniature: every rank on one of one or two host CPUs (whose routes
+    between ranks are staged through host memory), the CPUs linked, and random direct
+    links between some ranks; the staging latency is 0 or 10 us."""
+    from ccweave.topology.cost import CostModel
+
+    n = draw(st.integers(min_ranks, max_ranks))
+    speeds = st.sampled_from([8.0, 16.0, 25.0, 50.0]).map(lambda b: b * GBPS)
+    alpha = st.sampled_from([0.0, 0.5e-6, 0.7e-6])
+    cpus = draw(st.integers(1, 2))
+    links: list[Link] = []
+    for rank in range(n):
+        cpu = f"cpu{draw(st.integers(0, cpus - 1))}"
+        bw, al = draw(speeds), draw(alpha)
+        links += [Link(rank, cpu, bw, al), Link(cpu, rank, bw, al)]
+    if cpus == 2:
+        bw, al = draw(speeds), draw(alpha)
+        links += [Link("cpu0", "cpu1", bw, al), Link("cpu1", "cpu0", bw, al)]
+    for _ in range(draw(st.integers(0, 2 * n))):
+        a, b = draw(st.integers(0, n - 1)), draw(st.integers(0, n - 1))
+        if a != b:
+            bw, al = draw(speeds), draw(alpha)
+            links += [Link(a, b, bw, al), Link(b, a, bw, al)]
+    used = {node for link in links for node in (link.src, link.dst) if isinstance(node, str)}
+    cost = CostModel(staging_latency=draw(st.sampled_from([0.0, 10e-6])))
+    return Topology(f"hosts{n}", n, tuple(links), dict.fromkeys(sorted(used), NodeKind.CPU),
+                    cost=cost)
+
+
+@st.composite
 def topology_and_schedule(draw) -> tuple[Topology, Schedule]:
     """A random topology and a random schedule over pairs that have routes; the builder
     derives deps from the slots the transfers share, plus a few explicit ones."""

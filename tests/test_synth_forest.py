@@ -29,7 +29,7 @@ from ccweave.synth.forest.split import split_fabric, splittable
 from ccweave.topology import zoo
 from ccweave.topology.model import Link, NodeKind, Topology
 from ccweave.verify import verify
-from tests.strategies import slow_port_switches, topologies
+from tests.strategies import host_staged, slow_port_switches, topologies
 
 GB = 1e9
 KINDS = (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE)
@@ -296,6 +296,28 @@ def test_a_staged_broadcast_ships_two_host_buffers_where_they_simulate_faster():
     assert 1.0 <= ratio <= 1.03, ratio
     cedar = synthesize(zoo.get("cedar"), Kind.BROADCAST, "trees", size=2**30)
     assert "staged_lines" not in cedar.metadata
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(topology=host_staged(), data=st.data())
+def test_sized_broadcasts_through_host_memory_verify_and_never_beat_their_bound(topology,
+                                                                              data):
+    """Broadcasts staged through host memory, in whichever form ships (plain, or
+    staggered over two host buffers), deliver everything and are no faster than the
+    bound; the staggered one ships only where it simulates faster than the plain one."""
+    root = data.draw(st.integers(0, topology.num_ranks - 1))
+    size = data.draw(st.sampled_from([2**16, 2**24, 2**28]))
+    schedule = synthesize(topology, Kind.BROADCAST, "trees", root=root, size=size)
+    verify(schedule, topology)
+    seconds = simulate(schedule, topology, size).time_s
+    assert seconds >= lower_bound(topology, Kind.BROADCAST, size, root=root).time_s * \
+        (1 - 1e-9)
+    if schedule.metadata.get("staged_lines"):
+        plain = synthesize(topology, Kind.BROADCAST, "trees", root=root,
+                           chunks=schedule.collective.chunks_per_rank // 2)
+        assert "staggered" not in plain.metadata
+        assert seconds < simulate(plain, topology, size).time_s
 
 
 def test_options_are_checked():
