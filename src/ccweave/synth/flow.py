@@ -516,12 +516,12 @@ def chunks_for_size(topology: Topology, size: float) -> int:
 
 def staged_view(topology: Topology) -> Topology | None:
     """``topology`` as the LP should see host memory, or None where it has no CPU node:
-    every link into or out of a CPU at half its bandwidth. The simulator (and a runtime)
-    stages a route through host memory, copied in, then out, one after the other, so
-    those bytes cross the host's links in about twice the time the cut-through LP
-    plans. Planned cut-through, cedar's alltoall sent a tenth of its bytes through host
-    memory and came out 1.97x its bound (NVLinks alone: 1.104); planned on this view,
-    1.052."""
+    every link into or out of a CPU at half its bandwidth. The simulator stages a route
+    through host memory as a host-staged copy does, copied in, then out, one after the
+    other, so those bytes cross the host's links in about twice the time the
+    cut-through LP plans. Planned cut-through, cedar's alltoall sent a tenth of its
+    bytes through host memory and came out 1.97x its bound (NVLinks alone: 1.104);
+    planned on this view, 1.052."""
     def host(node: object) -> bool:
         return isinstance(node, str) and topology.kind(node) is NodeKind.CPU
 
@@ -588,7 +588,8 @@ def build_flow(topology: Topology, kind: Kind, *, root: int = 0, chunks: int | N
             try:
                 plans.append(solve_flow(view, count))
             except SolverError as error:
-                failures.append(f"epochs={count}: {error}")
+                seen = "" if view is topology else " (host memory at half bandwidth)"
+                failures.append(f"epochs={count}{seen}: {error}")
         for plan in plans:
             for chunk_count, sync, piece in _variants(plan, c, chunks is None):
                 schedule = flow_schedule(topology, plan, chunk_count, sync, piece)

@@ -42,9 +42,10 @@ passes, and the port never waits (1.002)."""
 
 STAGED_LINES = 2
 """Channels a staggered lane's messages alternate between on an arc staged through host
-memory, where :func:`build` is asked for them. A staged copy moves one message at a
-time through each host buffer (a channel's), paying the staging latency for each; with
-two buffers one message's latency passes while the other's streams. With one, a
+memory, where :func:`build` is asked for them. The simulator moves a staged copy one
+message at a time through each host buffer (one per channel), paying the staging
+latency for each (docs/simulator.md); with two buffers one message's latency passes
+while the other's streams. With one, a
 staggered lane's staged arcs fall behind the lanes beside them (dgx1's 1 GB broadcast,
 staggered at 8192 chunks a rank: 1.061 of the bound, 1.029 with two; plain lanes, which
 cannot stagger there, leave the root's NVLinks idle for a link latency after every
