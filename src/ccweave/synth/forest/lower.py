@@ -121,9 +121,9 @@ def lower(kind: Kind, topology: Topology, chunks_per_rank: int, root: int,
         first = taken.get(tree_root, 0)
         taken[tree_root] = first + count
         slot = (tree_root * c if kind is Kind.ALLGATHER else 0) + first
-        staged = [in_flight(topology, via) > 1 for _, _, via in edges]
-        depth = [max(STAGGERED_IN_FLIGHT if stagger else 1, in_flight(topology, via))
-                 for _, _, via in edges]
+        flights = [in_flight(topology, via) for _, _, via in edges]
+        staged = [flight > 1 for flight in flights]
+        depth = [max(STAGGERED_IN_FLIGHT if stagger else 1, flight) for flight in flights]
         start = 0
         for run in shares(count, [1] * max(1, min(lanes, count))):
             channel = lane % channels
