@@ -39,6 +39,7 @@ def run_show(args) -> int:
             more = f" ... ({len(parts)} in all)" if len(parts) > 4 else ""
             _output.console.print(f"groups {_output.plain(kind)}: {_output.plain(shown)}{more}")
         _link_table(topo, every=args.links)
+        _provenance(topo)
     if args.plot:
         from ccweave.topology.plot import plot
 
@@ -61,3 +62,17 @@ def _link_table(topo, every: bool) -> None:
     rows = [(kind, count, bw, alpha) for (kind, bw, alpha), count in sorted(classes.items())]
     _output.print_table("link classes (--links for each)", ["kind", "links", "GB/s", "alpha us"],
                         rows)
+
+
+def _provenance(topo) -> None:
+    """Where each link kind's figures came from, and what the import corrected (imported
+    topologies; nothing for others)."""
+    if topo.provenance.is_empty:
+        return
+    for kind in sorted({lk.kind or "-" for lk in topo.links}):
+        origin = topo.provenance.source_of(kind) or "not recorded (see figures above)"
+        _output.console.print(f"{_output.plain(kind)} links from: {_output.plain(origin)}",
+                              emoji=False, soft_wrap=True)
+    for warning in topo.provenance.warnings:
+        _output.console.print(f"warning: {_output.plain(warning)}", emoji=False,
+                              soft_wrap=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 from ccweave import limits
 from ccweave.errors import TopologyError
 from ccweave.jsonfile import read_json
-from ccweave.topology import cost, zoo
+from ccweave.topology import cost, provenance, zoo
 from ccweave.topology.model import Link, NodeKind, Topology
 from ccweave.units import GB_PER_S, US, shown
 
@@ -21,7 +21,7 @@ FORMAT = "ccweave.topology"
 """The ``format`` field ``topo show --json`` writes (optional when reading)."""
 
 _TOP_FIELDS = {"name", "ranks", "fabric", "links", "groups", "local_bw_GBps", "source",
-               "cost_model", "format", "comment", "summary"}
+               "cost_model", "provenance", "format", "comment", "summary"}
 _IGNORED_FIELDS = {"format", "comment", "summary"}
 """Read and ignored: ``summary`` holds the counts ``topo show --json`` prints beside the
 topology, so its output loads back."""
@@ -119,10 +119,12 @@ def from_dict(data: object, source: str = "topology") -> Topology:
     name = data.get("name", Path(source).stem)
     model = cost.from_dict(data["cost_model"], source) if "cost_model" in data else \
         cost.CostModel()
+    origin = provenance.from_dict(data["provenance"], source) if "provenance" in data else \
+        provenance.Provenance()
     try:
         return Topology(str(name), ranks, tuple(links), dict(fabric),
                         {k: tuple(tuple(p) for p in v) for k, v in groups.items()},
-                        float(local) * GB_PER_S, str(data.get("source", source)), model)
+                        float(local) * GB_PER_S, str(data.get("source", source)), model, origin)
     except TopologyError as error:
         raise TopologyError(f"{source}: {error}") from None
 
@@ -186,6 +188,8 @@ def to_dict(topology: Topology) -> dict[str, object]:
         "local_bw_GBps": topology.local_bandwidth / GB_PER_S,
         "source": topology.source,
         **({} if topology.cost.is_empty else {"cost_model": topology.cost.to_dict()}),
+        **({} if topology.provenance.is_empty else
+           {"provenance": topology.provenance.to_dict()}),
     }
 
 

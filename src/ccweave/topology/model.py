@@ -21,6 +21,7 @@ import scipy.sparse.csgraph
 
 from ccweave.errors import TopologyError
 from ccweave.topology.cost import HOST_GROUP, CostModel
+from ccweave.topology.provenance import Provenance
 
 Node = int | str
 """A rank (``int`` 0..N-1) or a fabric node (its ``str`` name)."""
@@ -70,6 +71,8 @@ class Topology:
     source: where the figures come from, for people.
     cost: per-rank and per-host costs a profile measured beside the links (none by
         default; see :mod:`ccweave.topology.cost`).
+    provenance: per link kind, where an imported machine's figures came from, and what the
+        import corrected (see :mod:`ccweave.topology.provenance`).
     """
 
     name: str
@@ -80,6 +83,7 @@ class Topology:
     local_bandwidth: float = 1e12
     source: str = ""
     cost: CostModel = field(default_factory=CostModel)
+    provenance: Provenance = field(default_factory=Provenance)
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_ranks, int) or self.num_ranks < 1:
@@ -106,6 +110,8 @@ class Topology:
             raise TopologyError(f"topology {self.name!r}: local_bandwidth must be positive")
         if not isinstance(self.cost, CostModel):
             raise TopologyError(f"topology {self.name!r}: cost must be a CostModel")
+        if not isinstance(self.provenance, Provenance):
+            raise TopologyError(f"topology {self.name!r}: provenance must be a Provenance")
 
     def _checked_links(self) -> list[Link]:
         checked = []
@@ -191,7 +197,7 @@ class Topology:
         if hosts is not None:
             groups[HOST_GROUP] = hosts
         return Topology(self.name, self.num_ranks, self.links, self.fabric, groups,
-                        self.local_bandwidth, self.source, cost)
+                        self.local_bandwidth, self.source, cost, self.provenance)
 
     def group_of(self, kind: str, rank: int) -> tuple[int, ...]:
         """The group of ``kind`` (``node``, ``socket``) that holds ``rank``."""
@@ -235,7 +241,8 @@ class Topology:
         return Topology(f"{self.name}(reversed)", self.num_ranks,
                         tuple(Link(lk.dst, lk.src, lk.bandwidth, lk.alpha, lk.kind)
                               for lk in self.links),
-                        self.fabric, self.groups, self.local_bandwidth, self.source, self.cost)
+                        self.fabric, self.groups, self.local_bandwidth, self.source, self.cost,
+                        self.provenance)
 
     def to_networkx(self):
         """A ``networkx.DiGraph`` with node attribute ``kind`` and link attributes
