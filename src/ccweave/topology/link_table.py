@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from ccweave.errors import InputError
 from ccweave.topology import zoo
-from ccweave.topology.model import Link, NodeKind, Topology
+from ccweave.topology.model import Link, Topology
+from ccweave.topology.replicate import replicate
 from ccweave.units import GB_PER_S, US
 
 # --- NVLink: GB/s per link per direction, by CUDA compute capability (sm) -------------
@@ -162,35 +163,13 @@ def duplex(a, b, gbps: float, alpha_us: float, kind: str) -> list[Link]:
 
 
 def join_nodes(server: Topology, nics: dict[str, float], nodes: int,
-               name: str | None = None) -> Topology:
+               name: str | None = None, fabric: str = "switch", nic_source: str = ""
+               ) -> Topology:
     """``nodes`` copies of a one-node ``server``, its NICs (name -> GB/s) on one
-    non-blocking switch ``net``, as the zoo's ``NAME:K``; node ``k``'s fabric gets the
+    non-blocking switch ``net`` as the zoo's ``NAME:K`` (or rail-optimized: ``fabric``
+    ``rails``; see :mod:`ccweave.topology.replicate`); node ``k``'s fabric gets the
     prefix ``n{k}.`` and its ranks ``+ k * server.num_ranks``."""
-    if nodes < 1:
-        raise InputError(f"--nodes {nodes}: the number of nodes must be at least 1")
-    if nodes == 1:
-        return server
-    if not nics:
-        raise InputError(f"{server.name}: has no NIC, so {nodes} nodes cannot be joined; "
-                         "import a dump that lists the NICs (or use --nodes 1)")
-    g = server.num_ranks
-    links: list[Link] = []
-    fabric: dict[str, NodeKind] = {"net": NodeKind.SWITCH}
-    for node in range(nodes):
-        def rename(end, node=node):
-            return end + node * g if isinstance(end, int) else f"n{node}.{end}"
-
-        fabric.update({rename(f): k for f, k in server.fabric.items()})
-        links += [Link(rename(lk.src), rename(lk.dst), lk.bandwidth, lk.alpha, lk.kind)
-                  for lk in server.links]
-        for nic, gbps in nics.items():
-            links += duplex(rename(nic), "net", gbps, NIC_ALPHA_US, "net")
-    groups = {kind: tuple(tuple(r + n * g for r in part) for n in range(nodes)
-                          for part in parts) for kind, parts in server.groups.items()}
-    groups["node"] = tuple(tuple(range(n * g, (n + 1) * g)) for n in range(nodes))
-    return Topology(name or f"{server.name}:{nodes}", nodes * g, tuple(links), fabric, groups,
-                    server.local_bandwidth,
-                    f"{server.source}; {nodes} nodes on one non-blocking switch")
+    return replicate(server, nics, nodes, fabric, name, nic_source)
 
 
 def full_mesh(nodes: Iterable[str], gbps: float, kind: str) -> list[Link]:
