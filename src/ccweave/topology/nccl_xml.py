@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ccweave.errors import InputError, TopologyError
-from ccweave.topology import link_table
+from ccweave.topology import gpu_fabric, link_table, nccl_pci, pci_tree, zoo
 from ccweave.topology.model import Link, NodeKind, Topology
+from ccweave.topology.provenance import Provenance
 from ccweave.units import GB_PER_S, US
 
 _GpuKey = tuple[str, str, int]
@@ -28,69 +29,136 @@ _GpuKey = tuple[str, str, int]
 
 
 @dataclass
-class _Element:
+class Element:
+    """One XML element: its tag, attributes, line, children and text."""
+
     tag: str
     attrs: dict[str, str]
     line: int
-    children: list[_Element] = field(default_factory=list)
+    children: list[Element] = field(default_factory=list)
+    text: str = ""
 
 
 @dataclass
 class _Gpu:
     key: _GpuKey
-    element: _Element
+    element: Element
     sm: int
     rank: int | None
     cpu: str
     host: int
 
 
-def read(path: str | Path, *, nodes: int = 1, name: str | None = None) -> Topology:
-    """The Topology in an NCCL topology dump file; ``nodes`` > 1 joins that many copies
-    of a one-host dump through their NICs on one network switch."""
+@dataclass(frozen=True)
+class Options:
+    """What ``ccweave topo import`` adds to an NCCL topology file.
+
+    gpu_fabric: ``--gpu-fabric`` values, for a PCI tree whose GPUs have no ``<gpu>``
+        element (:mod:`ccweave.topology.gpu_fabric`); refused for a dump.
+    gpu: GPU generation for a ``nvidia-smi topo -m`` fabric source.
+    nic_gbits: NIC speed where the file does not say it.
+    keep_link_speeds: keep a bridge's figure even when slower than its devices.
+    network: how ``nodes`` > 1 copies are joined: ``switch`` or ``rails``.
+    """
+
+    gpu_fabric: tuple[str, ...] = ()
+    gpu: str | None = None
+    nic_gbits: float | None = None
+    keep_link_speeds: bool = False
+    network: str = "switch"
+
+
+DEFAULT_OPTIONS = Options()
+
+
+def read(path: str | Path, *, nodes: int = 1, name: str | None = None,
+         options: Options = DEFAULT_OPTIONS) -> Topology:
+    """The Topology in an NCCL topology file (a dump, or a bare PCI tree with
+    ``options.gpu_fabric``); ``nodes`` > 1 joins that many copies of a one-host file
+    through their NICs (``options.network``)."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as error:
         raise InputError(f"{path}: cannot read the NCCL topology dump: "
                          f"{error.strerror or error}") from None
-    return parse(text, source=str(path), nodes=nodes, name=name or path.stem)
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not text; give NCCL topology XML") from None
+    return parse(text, source=str(path), nodes=nodes, name=name or path.stem, options=options)
 
 
 def parse(text: str, *, source: str = "NCCL topology", nodes: int = 1,
-          name: str = "nccl-topology") -> Topology:
+          name: str = "nccl-topology", options: Options = DEFAULT_OPTIONS) -> Topology:
     """The Topology described by NCCL topology XML ``text``; ``source`` names it in errors."""
-    root = _parse_xml(text, source)
+    root = parse_xml(text, source)
     if root.tag != "system":
         raise InputError(f"{source}: line {root.line}: the root element is <{root.tag}>; an "
                          "NCCL topology dump starts with <system version=...>")
-    return _Importer(source).build(root, nodes, name)
+    if not nccl_pci.has_gpu_elements(root):
+        machine = nccl_pci.read_tree(root, source)
+        busids = [gpu.busid for gpu in machine.devices(pci_tree.GPU)]
+        if busids:
+            fabric = gpu_fabric.resolve(options.gpu_fabric, busids, gpu=options.gpu,
+                                        source=source)
+            return pci_tree.build(machine, fabric, name=name, nic_gbits=options.nic_gbits,
+                                  keep_link_speeds=options.keep_link_speeds, nodes=nodes,
+                                  network=options.network)
+    elif options.gpu_fabric:
+        raise InputError(f"{source}: an NCCL dump whose <gpu> elements list their NVLinks "
+                         "already; --gpu-fabric is for PCI trees without them (drop it)")
+    return _Importer(source, options).build(root, nodes, name)
 
 
-def _parse_xml(text: str, source: str) -> _Element:
-    """A tree of elements with their line numbers (expat; no external entities)."""
+def gpu_nvlinks(text: str, source: str) -> dict[str, tuple[int, list[tuple[str, int, str]]]]:
+    """Per GPU bus id in an NCCL dump: its ``sm`` and its ``<nvlink>`` (target bus id,
+    count, target class) elements (the first ``<gpu>`` of a ``<pci>``)."""
+    root = parse_xml(text, source)
+    reader = _Importer(source, DEFAULT_OPTIONS)
+    found: dict[str, tuple[int, list[tuple[str, int, str]]]] = {}
+    stack = [root]
+    while stack:
+        element = stack.pop()
+        stack.extend(element.children)
+        gpu = next((c for c in element.children if c.tag == "gpu"), None)
+        if element.tag != "pci" or gpu is None:
+            continue
+        links = [(normal_busid(reader._attr(nv, "target")), reader._int(nv, "count"),
+                  reader._attr(nv, "tclass").lower())
+                 for nv in gpu.children if nv.tag == "nvlink"]
+        found[normal_busid(reader._attr(element, "busid"))] = (reader._int(gpu, "sm"), links)
+    return found
+
+
+def parse_xml(text: str, source: str, expected: str = "an NCCL topology dump (<system>...)"
+              ) -> Element:
+    """A tree of elements with their line numbers and text (expat; no external entities)."""
     parser = xml.parsers.expat.ParserCreate()
-    stack: list[_Element] = []
-    roots: list[_Element] = []
+    stack: list[Element] = []
+    roots: list[Element] = []
 
     def start(tag: str, attrs: dict[str, str]) -> None:
-        element = _Element(tag, dict(attrs), parser.CurrentLineNumber)
+        element = Element(tag, dict(attrs), parser.CurrentLineNumber)
         (stack[-1].children if stack else roots).append(element)
         stack.append(element)
 
+    def characters(data: str) -> None:
+        if stack:
+            stack[-1].text += data
+
     parser.StartElementHandler = start
     parser.EndElementHandler = lambda tag: stack.pop()
+    parser.CharacterDataHandler = characters
     try:
         parser.Parse(text, True)
     except xml.parsers.expat.ExpatError as error:
         raise InputError(f"{source}: line {error.lineno}: not valid XML: "
                          f"{xml.parsers.expat.ErrorString(error.code)}") from None
     if not roots:
-        raise InputError(f"{source}: empty; expected an NCCL topology dump (<system>...)")
+        raise InputError(f"{source}: empty; expected {expected}")
     return roots[0]
 
 
-def _busid(text: str) -> str:
+def normal_busid(text: str) -> str:
     text = text.strip().lower()
     return "0000:" + text if re.fullmatch(r"[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]", text) else text
 
@@ -98,26 +166,30 @@ def _busid(text: str) -> str:
 class _Importer:
     """One pass over the tree collects fabric, links and GPUs; a second adds NVLinks."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, options: Options) -> None:
         self.source = source
+        self.options = options
         self.links: list[Link] = []
         self.fabric: dict[str, NodeKind] = {}
         self.gpus: list[_Gpu] = []
         self.nics: dict[str, float] = {}
+        self.nic_busids: dict[str, str] = {}
         self.notes: list[str] = []
+        self.warnings: list[str] = []
+        self.width_zero: list[str] = []
 
     # ---------------------------------------------------------------- attributes
 
-    def _where(self, element: _Element) -> str:
+    def _where(self, element: Element) -> str:
         return f"{self.source}: line {element.line}: <{element.tag}>"
 
-    def _attr(self, element: _Element, key: str) -> str:
+    def _attr(self, element: Element, key: str) -> str:
         if key not in element.attrs:
             raise InputError(f"{self._where(element)} lacks attribute {key!r}; NCCL writes "
                              f"it in every dump (re-dump with NCCL_TOPO_DUMP_FILE)")
         return element.attrs[key]
 
-    def _int(self, element: _Element, key: str, default: int | None = None) -> int:
+    def _int(self, element: Element, key: str, default: int | None = None) -> int:
         if default is not None and key not in element.attrs:
             return default
         text = self._attr(element, key)
@@ -129,7 +201,7 @@ class _Importer:
 
     # -------------------------------------------------------------------- walk
 
-    def build(self, root: _Element, nodes: int, name: str) -> Topology:
+    def build(self, root: Element, nodes: int, name: str) -> Topology:
         cpus = [child for child in root.children if child.tag == "cpu"]
         if not cpus:
             raise InputError(f"{self.source}: line {root.line}: <system> has no <cpu> "
@@ -172,23 +244,59 @@ class _Importer:
         }
         groups["node"] = tuple(part for part in groups["node"] if part)
         source = (f"NCCL topology dump {self.source}; figures from ccweave's link table "
-                  "(docs/profiling.md)" + "".join(f"; {note}" for note in self.notes))
+                  "(docs/topology-import.md)" + "".join(f"; {note}" for note in self.notes))
+        nics = dict(sorted(self.nics.items(),
+                           key=lambda item: pci_tree.busid_key(self.nic_busids[item[0]])))
+        nic_source = "NIC speeds from the dump's <net speed>"
+        if self.options.nic_gbits is not None:
+            if not self.options.nic_gbits > 0:
+                raise InputError(f"--nic-gbits {self.options.nic_gbits:g}: give a positive "
+                                 "speed in Gb/s")
+            nics = {nic: self.options.nic_gbits / 8 for nic in nics}
+            nic_source = f"NIC speed {self.options.nic_gbits:g} Gb/s (--nic-gbits)"
         try:
             server = Topology(name, len(ranks), tuple(links), dict(self.fabric), groups,
-                              source=source)
+                              source=source, cost=zoo.GPU_SERVER_COST,
+                              provenance=self._provenance(families, links))
             if len(hosts) > 1:
                 server = self._join_hosts(server, hosts)
-            topology = link_table.join_nodes(server, self.nics, nodes)
+            topology = link_table.join_nodes(server, nics, nodes,
+                                             fabric=self.options.network,
+                                             nic_source=nic_source)
             topology.check_connected()
         except TopologyError as error:
             raise TopologyError(f"{self.source}: {error}") from None
         return topology
 
-    def _family(self, cpu: _Element) -> str:
+    def _provenance(self, families: dict[int, str], links: list[Link]) -> Provenance:
+        """Each link kind's source, and the import's corrections."""
+        kinds = {lk.kind for lk in links}
+        origin = {"pcie": nccl_pci.PCIE_SOURCE + (
+            f"; {sum('bridge' in w for w in self.warnings)} bridge(s) modelled at their "
+            "devices' speed (see warnings)" if any("modelled at" in w for w in self.warnings)
+            else "")}
+        if "nvlink" in kinds:
+            origin["nvlink"] = ("the dump's <nvlink count tclass> per GPU, GB/s per NVLink by "
+                                "its sm (ccweave's link table)")
+        if "c2c" in kinds:
+            origin["c2c"] = "the dump's <c2c bw count>"
+        for family in set(families.values()):
+            kind = _CPU_LINK_KIND.get(family, "sys")
+            origin[kind] = (f"{family} socket link, {link_table.CPU_LINK_GBPS[family]:g} GB/s "
+                            "(ccweave's link table)")
+        warnings = list(self.warnings)
+        if self.width_zero:
+            shown = ", ".join(self.width_zero[:4])
+            more = f" and {len(self.width_zero) - 4} more" if len(self.width_zero) > 4 else ""
+            warnings.insert(0, f"link_width 0 (unreported) on {len(self.width_zero)} "
+                               f"device(s) ({shown}{more}): taken as x16, as NCCL does")
+        return Provenance(origin, tuple(warnings))
+
+    def _family(self, cpu: Element) -> str:
         return link_table.cpu_family(cpu.attrs.get("arch", ""), cpu.attrs.get("vendor", ""),
                                      self._int(cpu, "familyid", 0), self._int(cpu, "modelid", 0))
 
-    def _cpu(self, element: _Element, host: int) -> str:
+    def _cpu(self, element: Element, host: int) -> str:
         numa = self._int(element, "numaid")
         cpu_name = f"{self.prefixes[host]}cpu{numa}"
         if cpu_name in self.fabric:
@@ -197,16 +305,20 @@ class _Importer:
         self.fabric[cpu_name] = NodeKind.CPU
         for child in element.children:
             if child.tag == "pci":
-                self._pci(child, cpu_name, cpu_name, host)
+                self._pci(child, cpu_name, cpu_name, host, cpu_name)
             elif child.tag == "nic":
                 self._nic(child, cpu_name, None, host)
         return cpu_name
 
-    def _pci(self, element: _Element, parent: str, cpu: str, host: int) -> bool:
-        """Add a PCI device under ``parent``; False when nothing of use hangs below it."""
+    def _pci(self, element: Element, parent: str, cpu: str, host: int,
+             path: str) -> tuple[float, list[str]] | None:
+        """Add a PCI device under ``parent`` (``path``: the host path to it, for messages);
+        the fastest device link below it and the devices' names, or None when nothing of
+        use hangs below it."""
         pci_class = self._attr(element, "class").lower()
-        busid = _busid(self._attr(element, "busid"))
+        busid = normal_busid(self._attr(element, "busid"))
         gbps = self._pcie_gbps(element, busid)
+        path = f"{path} -> {busid}"
         gpus = [child for child in element.children if child.tag == "gpu"]
         nic = next((child for child in element.children if child.tag == "nic"), None)
         if gpus:
@@ -220,35 +332,49 @@ class _Importer:
                                       cpu, host))
                 self.links += link_table.duplex(key, parent, gbps, link_table.PCIE_ALPHA_US,
                                                 "pcie")
-            return True
+            return gbps, [f"GPU {busid}"]
         if nic is not None:
             nic_name = self._nic(nic, parent, gbps, host, busid)
-            return nic_name is not None
+            return None if nic_name is None else (gbps, [f"NIC {nic_name}"])
         if pci_class.startswith("0x03"):  # a GPU this job did not use
-            return False
+            return None
         switch = f"{self.prefixes[host]}pcie@{busid}"
         self.fabric[switch] = NodeKind.PCIE
-        used = [self._pci(child, switch, cpu, host)
-                for child in element.children if child.tag == "pci"]
-        if any(used):
+        below = [found for child in element.children if child.tag == "pci"
+                 if (found := self._pci(child, switch, cpu, host, path)) is not None]
+        if below:
+            fastest = max(figure for figure, _ in below)
+            devices = [label for _, labels in below for label in labels]
+            shown = ", ".join(devices[:3]) + (f" and {len(devices) - 3} more"
+                                              if len(devices) > 3 else "")
+            figure = (f"{element.attrs.get('link_speed', '').strip()} "
+                      f"x{element.attrs.get('link_width')}")
+            gbps, warning = pci_tree.bridge_figure(busid, f"{path} -> {shown}", gbps, figure,
+                                                   fastest, self.options.keep_link_speeds)
+            if warning:
+                self.warnings.append(warning)
             self.links += link_table.duplex(switch, parent, gbps, link_table.PCIE_ALPHA_US,
                                             "pcie")
-            return True
+            return fastest, devices
         del self.fabric[switch]
         self.links = [lk for lk in self.links if switch not in (lk.src, lk.dst)]
-        return False
+        return None
 
-    def _pcie_gbps(self, element: _Element, busid: str) -> float:
+    def _pcie_gbps(self, element: Element, busid: str) -> float:
         width = self._int(element, "link_width")
         speed = self._attr(element, "link_speed")
         gen = link_table.pcie_gen(speed)
         if gen is None:
-            self.notes.append(f"{busid}: link_speed {speed!r} unknown, taken as PCIe Gen3 "
-                              "(as NCCL does)")
+            self.warnings.append(f"{busid}: link_speed {speed!r} unknown, taken as PCIe Gen3 "
+                                 "(as NCCL does)")
             gen = 3
+        if width < 0:
+            raise InputError(f"{self._where(element)}: link_width={width} is negative")
+        if width == 0:
+            self.width_zero.append(busid)
         return link_table.pcie_gbps(gen, width)
 
-    def _nic(self, element: _Element, parent: str, gbps: float | None, host: int,
+    def _nic(self, element: Element, parent: str, gbps: float | None, host: int,
              busid: str = "") -> str | None:
         nets = [child for child in element.children if child.tag == "net"]
         if not nets:
@@ -260,6 +386,7 @@ class _Importer:
             nic_name = f"{nic_name}@{busid or len(self.fabric)}"
         self.fabric[nic_name] = NodeKind.NIC
         self.nics[nic_name] = speed
+        self.nic_busids[nic_name] = busid or nic_name
         self.links += link_table.duplex(nic_name, parent, speed if gbps is None else gbps,
                                         link_table.PCIE_ALPHA_US, "pcie")
         return nic_name
@@ -303,7 +430,7 @@ class _Importer:
                     raise InputError(f"{self._where(child)}: count must be at least 1")
                 gbps = count * per_link
                 if tclass.startswith("0x03"):
-                    target = _busid(self._attr(child, "target"))
+                    target = normal_busid(self._attr(child, "target"))
                     if (prefix, target) in by_bus:
                         self.links.append(Link(gpu.key, by_bus[prefix, target],
                                                gbps * GB_PER_S,
@@ -341,8 +468,11 @@ class _Importer:
         for nic, gbps in self.nics.items():
             links += link_table.duplex(nic, "net", gbps, link_table.NIC_ALPHA_US, "net")
         fabric = {**server.fabric, "net": NodeKind.SWITCH}
+        origin = {**server.provenance.links, "net": "NIC speeds from the dump's <net speed>; "
+                  "every host's NICs on one non-blocking switch"}
         return Topology(server.name, server.num_ranks, tuple(links), fabric, server.groups,
-                        server.local_bandwidth, server.source)
+                        server.local_bandwidth, server.source, server.cost,
+                        Provenance(origin, server.provenance.warnings))
 
 
 _CPU_LINK_KIND = {"intel-bdw": "qpi", "intel-skl": "upi", "intel-srp": "upi", "intel-erp": "upi",

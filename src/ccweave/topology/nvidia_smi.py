@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ccweave.errors import InputError, TopologyError
-from ccweave.topology import link_table
+from ccweave.topology import gpu_fabric, link_table, zoo
 from ccweave.topology.model import Link, NodeKind, Topology
+from ccweave.topology.provenance import Provenance
 from ccweave.units import GB_PER_S, US
 
 PCIE_RELATIONS = ("PIX", "PXB", "PHB", "NODE", "SYS")
@@ -38,10 +39,11 @@ class _Matrix:
 
 
 def read(path: str | Path, *, gpu: str, nodes: int = 1, nic_gbits: float | None = None,
-         name: str | None = None) -> Topology:
+         name: str | None = None, network: str = "switch") -> Topology:
     """The Topology in a file holding ``nvidia-smi topo -m`` output; ``gpu`` is the GPU
     generation (``v100``, ``a100``, ``h100``...), ``nic_gbits`` the NIC speed (default:
-    the generation's usual NIC)."""
+    the generation's usual NIC); ``network`` joins ``nodes`` > 1 copies (``switch`` or
+    ``rails``)."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -49,11 +51,12 @@ def read(path: str | Path, *, gpu: str, nodes: int = 1, nic_gbits: float | None 
         raise InputError(f"{path}: cannot read nvidia-smi output: "
                          f"{error.strerror or error}") from None
     return parse(text, gpu=gpu, source=str(path), nodes=nodes, nic_gbits=nic_gbits,
-                 name=name or path.stem)
+                 name=name or path.stem, network=network)
 
 
 def parse(text: str, *, gpu: str, source: str = "nvidia-smi topo -m", nodes: int = 1,
-          nic_gbits: float | None = None, name: str = "nvidia-smi") -> Topology:
+          nic_gbits: float | None = None, name: str = "nvidia-smi",
+          network: str = "switch") -> Topology:
     """The Topology in ``nvidia-smi topo -m`` ``text``; ``source`` names it in errors."""
     gen = link_table.generation(gpu)
     matrix = _read_matrix(text, source)
@@ -102,10 +105,20 @@ def parse(text: str, *, gpu: str, source: str = "nvidia-smi topo -m", nodes: int
     described = (f"nvidia-smi topo -m {source} ({gen.name}: {gen.max_nvlinks} NVLinks of "
                  f"{link_table.nvlink_gbps(gen.sm):g} GB/s, PCIe Gen{gen.pcie_gen} x16, "
                  f"{(nic_gbits or gen.nic_gbits):g} Gb/s NICs); figures from ccweave's link "
-                 "table (docs/profiling.md)" + "".join(f"; {note}" for note in notes))
+                 "table (docs/topology-import.md)" + "".join(f"; {note}" for note in notes))
+    origin = Provenance({
+        "nvlink": (f"NV# cells of {source}, {link_table.nvlink_gbps(gen.sm):g} GB/s per NVLink "
+                   f"({gen.name}, --gpu)"),
+        "pcie": (f"PCIe Gen{gen.pcie_gen} x16 for every device ({gen.name}, --gpu): the matrix "
+                 "says which devices share a switch, not how fast"),
+        "sys": f"{gen.cpu} socket link, {cpu_gbps:g} GB/s (ccweave's link table)"})
+    nic_source = (f"NIC speed {nic_gbits:g} Gb/s (--nic-gbits)" if nic_gbits else
+                  f"NIC speed {gen.nic_gbits:g} Gb/s, a {gen.name} server's usual NIC")
     try:
-        server = Topology(name, len(gpus), tuple(links), fabric, groups, source=described)
-        topology = link_table.join_nodes(server, nic_gbps, nodes)
+        server = Topology(name, len(gpus), tuple(links), fabric, groups, source=described,
+                          cost=zoo.GPU_SERVER_COST, provenance=origin)
+        topology = link_table.join_nodes(server, nic_gbps, nodes, fabric=network,
+                                         nic_source=nic_source)
         topology.check_connected()
     except TopologyError as error:
         raise TopologyError(f"{source}: {error}") from None
@@ -234,26 +247,33 @@ def _sockets(matrix: _Matrix, gpus: list[str], notes: list[str]) -> dict[str, in
     return {device: number for number, group in enumerate(order) for device in group}
 
 
+def nvlink_counts(text: str, source: str = "nvidia-smi topo -m") -> list[list[int]]:
+    """The NVLinks between each pair of GPUs (``NV#`` cells; 0 elsewhere) in
+    ``nvidia-smi topo -m`` ``text``, GPUs in the matrix's order."""
+    matrix = _read_matrix(text, source)
+    gpus = [d for d in matrix.devices if d.startswith("GPU")]
+    if not gpus:
+        raise InputError(f"{source}: the matrix has no GPU rows")
+    return [[int(m.group(1)) if (m := _NV.fullmatch(matrix.cells[a, b])) else 0 for b in gpus]
+            for a in gpus]
+
+
 def _nvlinks(matrix: _Matrix, gpus: list[str], rank: dict[str, int],
              gen: link_table.GpuGeneration, fabric: dict[str, NodeKind],
              notes: list[str]) -> list[Link]:
     """Direct NVLinks from NV#, or an NVSwitch when a GPU shows more than it has."""
-    per_link = link_table.nvlink_gbps(gen.sm)
-    counts = {(a, b): int(m.group(1)) for a in gpus for b in gpus
-              if (m := _NV.fullmatch(matrix.cells[a, b]))}
-    totals = {a: sum(c for (x, _), c in counts.items() if x == a) for a in gpus}
+    counts = [[int(m.group(1)) if (m := _NV.fullmatch(matrix.cells[a, b])) else 0
+               for b in gpus] for a in gpus]
+    switch, pairs, note = gpu_fabric.nvlinks_from_counts(counts, gen)
+    if note:
+        notes.append(note)
     links: list[Link] = []
-    if any(total > gen.max_nvlinks for total in totals.values()):
+    if switch:
         fabric["nvswitch"] = NodeKind.SWITCH
-        notes.append(f"a GPU shows more NVLinks than the {gen.max_nvlinks} of a {gen.name}: "
-                     "read as an NVSwitch")
-        for a in gpus:
-            count = max((c for (x, _), c in counts.items() if x == a), default=0)
-            if count:
-                links += link_table.duplex(rank[a], "nvswitch", count * per_link,
-                                           link_table.NVLINK_ALPHA_US, "nvlink")
-        return links
-    for (a, b), count in counts.items():
-        links.append(Link(rank[a], rank[b], count * per_link * GB_PER_S,
+    for a, gbps in switch.items():
+        links += link_table.duplex(rank[gpus[a]], "nvswitch", gbps, link_table.NVLINK_ALPHA_US,
+                                   "nvlink")
+    for (a, b), gbps in pairs.items():
+        links.append(Link(rank[gpus[a]], rank[gpus[b]], gbps * GB_PER_S,
                           link_table.NVLINK_ALPHA_US * US, "nvlink"))
     return links
