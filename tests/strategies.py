@@ -223,3 +223,76 @@ def size_texts() -> st.SearchStrategy[str]:
         st.tuples(size, size, factor).map(":".join),
         st.text(max_size=20),
     )
+
+
+# --- bare PCI trees, as an NCCL_TOPO_FILE of class codes ------------------------------
+
+PCI_SPEEDS = {"2.5 GT/s PCIe": 1, "8.0 GT/s PCIe": 3, "16.0 GT/s PCIe": 4, "32.0 GT/s PCIe": 5,
+              "Unknown": 3}
+"""link_speed texts and the PCIe generation NCCL reads (an unknown text is Gen3)."""
+
+
+@st.composite
+def pci_trees(draw, nics: int | None = None, max_depth: int = 3) -> tuple[str, dict]:
+    """NCCL topology XML holding only a PCI tree (GPUs and NICs by class code, as Azure
+    ships its NCCL_TOPO_FILE), and what an importer must find in it: ``gpus``, ``nics``,
+    ``slow_bridges`` (bridges above a GPU or NIC whose own link is slower than the fastest
+    device below them), ``missing`` (an attribute left out, or None). ``nics`` fixes how
+    many NICs the tree holds (spread over random places)."""
+    counter = iter(range(1, 10_000))
+    facts = {"gpus": 0, "nics": 0, "slow_bridges": 0}
+
+    def link() -> tuple[str, int, float]:
+        speed = draw(st.sampled_from(sorted(PCI_SPEEDS)))
+        width = draw(st.sampled_from([0, 1, 4, 8, 16]))
+        return speed, width, 0.25 * 2 ** (PCI_SPEEDS[speed] - 1) * (width or 16)
+
+    def element(kind: str, depth: int) -> tuple[str, float | None]:
+        """XML of one device (and its subtree); the fastest GPU/NIC link at or below it."""
+        speed, width, gbps = link()
+        busid = f"{next(counter):04x}:00:00.0"
+        classes = {"gpu": "0x030200", "nic": draw(st.sampled_from(["0x020700", "0x020000"])),
+                   "bmc": "0x030000", "nvme": "0x010802", "unknown": "0x0c0330",
+                   "bridge": "0x060400"}
+        vendor = ' vendor="0x1a03"' if kind == "bmc" else ""
+        head = (f'<pci busid="{busid}" class="{classes[kind]}"{vendor} link_speed="{speed}" '
+                f'link_width="{width}"')
+        if kind in ("gpu", "nic"):
+            facts[kind + "s"] += 1
+            return head + "/>", gbps
+        if kind != "bridge" or depth >= max_depth:
+            return head + "/>", None
+        children = [element(child, depth + 1) for child in draw(st.lists(
+            st.sampled_from(["gpu", "gpu", "nic", "bridge", "bmc", "nvme", "unknown"]),
+            max_size=3))]
+        below = [found for _, found in children if found is not None]
+        if below and gbps < max(below):
+            facts["slow_bridges"] += 1
+        return head + ">" + "".join(xml for xml, _ in children) + "</pci>", \
+            max(below) if below else None
+
+    sockets = []
+    for numa in range(draw(st.integers(1, 2))):
+        kinds = draw(st.lists(st.sampled_from(["gpu", "bridge", "bridge", "nic", "nvme"]),
+                              min_size=1, max_size=3))
+        body = "".join(element(kind, 1)[0] for kind in kinds)
+        sockets.append(f'<cpu numaid="{numa}" arch="x86_64" vendor="GenuineIntel" '
+                       f'familyid="6" modelid="143">{body}</cpu>')
+    if nics is not None:
+        extra = "".join(element("nic", 1)[0] for _ in range(max(0, nics - facts["nics"])))
+        sockets[0] = sockets[0].replace("</cpu>", extra + "</cpu>")
+    text = '<system version="1">' + "".join(sockets) + "</system>"
+    facts["missing"] = None
+    if draw(st.booleans()) and draw(st.booleans()):  # a quarter: one attribute left out
+        attribute = draw(st.sampled_from(["class", "busid", "link_speed", "link_width"]))
+        occurrences = text.count(f" {attribute}=")
+        if occurrences:
+            which = draw(st.integers(0, occurrences - 1))
+            parts = text.split(f" {attribute}=")
+            value_end = parts[which + 1].index('"', 1) + 1
+            parts[which + 1] = parts[which + 1][value_end:]
+            text = "".join(part if number == 0 else
+                           (f" {attribute}=" + part if number != which + 1 else part)
+                           for number, part in enumerate(parts))
+            facts["missing"] = attribute
+    return text, facts

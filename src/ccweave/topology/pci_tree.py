@@ -146,7 +146,8 @@ def build(machine: PciMachine, fabric: GpuFabric, *, name: str, nic_gbits: float
               "socket": tuple(part for part in (
                   tuple(sorted(r for r, cpu in cpu_of.items() if cpu == s.name))
                   for s in machine.sockets) if part)}
-    nic_speeds, nic_source = _nic_speeds(builder.nics, nic_gbits, fabric, nodes)
+    nic_speeds, nic_source = _nic_speeds(builder.nics, nic_gbits, fabric, nodes,
+                                         machine.source)
     origin = {"pcie": machine.pcie + (f"; {len(builder.warnings)} bridge(s) modelled at "
                                       "their devices' speed (see warnings)"
                                       if builder.corrected else ""),
@@ -174,7 +175,7 @@ _CPU_LINK_KIND = {"intel-bdw": "qpi", "intel-skl": "upi", "intel-srp": "upi", "i
 
 
 def _nic_speeds(nics: list[PciNode], nic_gbits: float | None, fabric: GpuFabric,
-                nodes: int) -> tuple[dict[str, float], str]:
+                nodes: int, source: str) -> tuple[dict[str, float], str]:
     """NIC name -> GB/s in PCI bus id order, and where the speeds came from."""
     ordered = sorted(nics, key=lambda nic: busid_key(nic.busid))
     if nic_gbits is not None:
@@ -191,8 +192,8 @@ def _nic_speeds(nics: list[PciNode], nic_gbits: float | None, fabric: GpuFabric,
                 f"NIC speed {gbits:g} Gb/s: the usual NIC of a {fabric.generation.name} "
                 "server (ccweave's link table; --nic-gbits to change)")
     if nodes > 1 and ordered:
-        raise InputError("the file does not say the NICs' speed and the GPU fabric does not "
-                         "name a GPU generation; give --nic-gbits (e.g. 400)")
+        raise InputError(f"{source}: the file does not say the NICs' speed and the GPU fabric "
+                         "does not name a GPU generation; give --nic-gbits (e.g. 400)")
     return {nic.name: 0.0 for nic in ordered}, ""
 
 
