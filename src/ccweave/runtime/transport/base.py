@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is loaded by the transports, not by commands that only read this
+    import torch
 
 
 class PeerFailure(Exception):
