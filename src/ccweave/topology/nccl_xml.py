@@ -8,7 +8,10 @@ child with ``<nvlink target count tclass>`` and ``<c2c bw count>`` children) and
 ``src/graph/topo.cc`` does: every ``<pci>`` links to its parent at its own link speed and
 width, an NVLink's ``tclass`` names its far end (``0x03..`` a GPU, ``0x068001`` the CPU,
 anything else the NVSwitch fabric, all of a host's NVSwitches merged into one), and
-figures come from :mod:`ccweave.topology.link_table`.
+figures come from :mod:`ccweave.topology.link_table`. A bridge slower than the devices
+below it (VMs' virtual bridges: x1 at 2.5 GT/s) is modelled at their speed, warned
+(:func:`ccweave.topology.pci_tree.bridge_figure`). A file with no ``<gpu>`` element is a
+bare PCI tree, read by :mod:`ccweave.topology.nccl_pci` with the GPU fabric the user names.
 """
 
 from __future__ import annotations
@@ -244,7 +247,7 @@ class _Importer:
         }
         groups["node"] = tuple(part for part in groups["node"] if part)
         source = (f"NCCL topology dump {self.source}; figures from ccweave's link table "
-                  "(docs/topology-import.md)" + "".join(f"; {note}" for note in self.notes))
+                  "(docs/profiling.md)" + "".join(f"; {note}" for note in self.notes))
         nics = dict(sorted(self.nics.items(),
                            key=lambda item: pci_tree.busid_key(self.nic_busids[item[0]])))
         nic_source = "NIC speeds from the dump's <net speed>"

@@ -105,7 +105,7 @@ def parse(text: str, *, gpu: str, source: str = "nvidia-smi topo -m", nodes: int
     described = (f"nvidia-smi topo -m {source} ({gen.name}: {gen.max_nvlinks} NVLinks of "
                  f"{link_table.nvlink_gbps(gen.sm):g} GB/s, PCIe Gen{gen.pcie_gen} x16, "
                  f"{(nic_gbits or gen.nic_gbits):g} Gb/s NICs); figures from ccweave's link "
-                 "table (docs/topology-import.md)" + "".join(f"; {note}" for note in notes))
+                 "table (docs/profiling.md)" + "".join(f"; {note}" for note in notes))
     origin = Provenance({
         "nvlink": (f"NV# cells of {source}, {link_table.nvlink_gbps(gen.sm):g} GB/s per NVLink "
                    f"({gen.name}, --gpu)"),
