@@ -64,7 +64,6 @@ def run(args) -> int:
                              f"{args.collectives} leaves out; add them or drop the rows")
         fitted = fit(model, rows)
         model, scales = fitted.model, fitted.scales
-        names = [n for n in names if model.candidates(C.FUNCTIONS.index(n))]
         for why in fitted.ignored:
             _output.console.print(f"[dim]--measured: left out {_output.plain(why)}[/]")
     rules = tuner.rules(model, names)

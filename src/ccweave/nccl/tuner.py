@@ -64,11 +64,15 @@ class Rule:
 
 def rules(model: TuningModel, collectives: Iterable[str] = C.FUNCTIONS,
           max_bytes: int = MAX_BYTES) -> list[Rule]:
-    """Rules for every size 0..``max_bytes`` of each collective: what ``model`` chooses."""
+    """Rules for every size 0..``max_bytes`` of each collective: what ``model`` chooses.
+    A collective the model has no candidate for (a fitted model's unmeasured ones) gets
+    none: NCCL keeps its own choice there."""
     system = model.system
     found: list[Rule] = []
     for name in collectives:
         func = C.FUNCTIONS.index(name)
+        if not model.candidates(func):
+            continue
         for lo, hi, (algo, proto) in _segments(model, func, max_bytes):
             for start, end, channels in _channel_runs(model, algo, proto, lo, hi):
                 rule = Rule(name, start, end, C.ALGORITHMS[algo], C.PROTOCOLS[proto],
