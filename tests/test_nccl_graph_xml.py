@@ -175,3 +175,14 @@ def test_a_graph_dump_read_back_replaces_the_model_s_search(tmp_path):
     bad.write_text('<graphs version="2"></graphs>')
     with pytest.raises(InputError, match=r"version='2'>; NCCL 2\.30\.7 reads version 1"):
         graph_xml.read_graphs(bad)
+
+
+@pytest.mark.parametrize("machine", ["dgx-a100", "dgx-h100", "dgx2"])
+def test_one_ring_gets_the_channels_and_speed_nccl_s_search_gives_it(machine):
+    """On an NVSwitch every ring is the same; ccweave's file then asks for what NCCL's own
+    search finds (dgx-h100: 6 channels of 60 GB/s doubled to 12 of 30), not 32 slow ones."""
+    from ccweave.nccl.system import nccl_system
+
+    found = graph_xml.graphs(zoo.get(machine)).ring
+    ring = nccl_system(zoo.get(machine)).ring
+    assert (found.channels, found.bw_intra) == (ring.channels, ring.bw_intra)

@@ -83,23 +83,26 @@ def graphs(topology: Topology, gpu: str | None = None) -> GraphFile:
 
 
 def _channel_speed(shares: list[float], array: tuple[float, ...]) -> float:
-    """The per-channel speed that carries most of the rings' bandwidth in at most NCCL's
-    ring channels, each ring at least once: one of NCCL's speeds (or the slowest ring's
-    own, if slower than NCCL's fastest), no faster than the slowest ring; ties to the
-    faster speed (fewer channels)."""
+    """The per-channel speed for rings of bandwidths ``shares`` (NCCL's figures), each ring
+    listed ``floor(share / speed)`` times within NCCL's ring channels, chosen as NCCL's
+    search chooses: from the fastest of NCCL's speeds no faster than the slowest ring
+    (or that ring's own, if slower than NCCL's fastest) down, a slower speed only where
+    it carries more in all, and none under 0.49 of the one kept."""
     slowest = min(shares)
-    options = [s for s in array if s <= slowest + 1e-9]
-    if slowest <= array[0]:
-        options.append(slowest)
-    packed = sum(shares) / C.RING_MAX_CHANNELS  # all in NCCL's channel limit
-    if packed <= slowest:
-        options.append(packed)
+    options = sorted({s for s in array if s <= slowest + 1e-9}
+                     | ({slowest} if slowest <= array[0] else set()), reverse=True)
 
     def carried(speed: float) -> float:
         copies = [math.floor(share / speed + 1e-9) for share in shares]
         return sum(copies) * speed if sum(copies) <= C.RING_MAX_CHANNELS else -1.0
 
-    return max(options, key=lambda s: (carried(s), s))
+    best = None
+    for speed in options:
+        if best is not None and speed / best <= C.SPEED_DROP:
+            break
+        if carried(speed) > (0.0 if best is None else carried(best) + 1e-9):
+            best = speed
+    return best if best is not None else sum(shares) / C.RING_MAX_CHANNELS
 
 
 def _hops(order: tuple[int, ...]) -> list[tuple[int, int]]:
