@@ -17,7 +17,7 @@ from ccweave.errors import InputError, TopologyError
 from ccweave.topology import gpu_fabric, hwloc_xml, nccl_xml, zoo
 from ccweave.topology import io as topology_io
 from ccweave.topology.nccl_xml import Options
-from tests.strategies import pci_trees
+from tests.strategies import mutated, pci_trees
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SHARED = Path(__file__).parents[2] / "shared" / "fixtures" / "nccl-topo"
@@ -328,3 +328,18 @@ def test_provenance_round_trips_and_bad_fields_are_refused(tmp_path):
     data["provenance"] = {"links": {"nvlink": 3}}
     with pytest.raises(TopologyError, match=r"provenance\.links must map link kinds to text"):
         topology_io.from_dict(data, "p.json")
+
+
+PROVENANCE = topology_io.to_dict(nccl_xml.read(VM_DUMP))["provenance"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(mutated(PROVENANCE))
+def test_mutated_provenance_loads_or_is_refused_in_one_line(provenance):
+    data = {**topology_io.to_dict(zoo.get("ring:4")), "provenance": provenance}
+    try:
+        topo = topology_io.from_dict(data, "p.json")
+    except TopologyError as error:
+        assert one_line(error).startswith("p.json: ")
+        return
+    assert topology_io.from_dict(topology_io.to_dict(topo)).provenance == topo.provenance
