@@ -4,6 +4,7 @@ NVLS and PAT only where the machine has them, and the graph search's channels.""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import pytest
 from hypothesis import given, settings
@@ -15,8 +16,10 @@ from ccweave.nccl import constants as C
 from ccweave.nccl.model import nccl_model, pick, tune
 from ccweave.nccl.search import NcclGraph
 from ccweave.nccl.system import NcclSystem, nccl_system
+from ccweave.nccl.view import NodeView
 from ccweave.topology import zoo
 from ccweave.topology.model import Link, NodeKind, Topology
+from tests.strategies import host_staged, topologies
 
 AR = C.FUNCTIONS.index("allreduce")
 BC = C.FUNCTIONS.index("broadcast")
@@ -120,6 +123,8 @@ def test_machines_without_a_known_gpu_or_collectives_nccl_does_not_tune_are_refu
     assert nccl_model(zoo.get("ring:8"), gpu="a100").system.sm == 80
     with pytest.raises(NotApplicableError, match="point-to-point"):
         nccl_model(zoo.get("dgx1")).choose("alltoall", 2**20)
+    with pytest.raises(NotApplicableError, match="up to 72"):
+        nccl_model(zoo.get("hypercube:7"), gpu="a100")
 
 
 @settings(max_examples=60, deadline=None)
@@ -134,3 +139,35 @@ def test_the_choice_is_always_one_nccl_costs(size, name):
     assert all(choice.time_s * 1e6 <= cost + 1e-9 for row in table for cost in row
                if cost >= 0)
     assert 1 <= choice.channels <= model.system.channels
+
+
+def used_links(view: NodeView, graph: NcclGraph) -> dict[int, float]:
+    """GB/s each link carries: every channel's speed on every link its hops cross."""
+    load: dict[int, float] = {}
+    for order in graph.orders:
+        hops = list(itertools.pairwise(order))
+        if graph.pattern == C.PATTERN_RING and len(order) > 1:
+            hops.append((order[-1], order[0]))
+        for a, b in hops:
+            for link in view.gpu_paths[a, b].links:
+                load[link] = load.get(link, 0.0) + graph.bw_intra
+    return load
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.one_of(topologies(2, 6), host_staged(2, 5)),
+       st.sampled_from(["v100", "a100", "h100"]))
+def test_the_search_s_channels_fit_the_links_on_random_machines(topology, gpu):
+    system = nccl_system(topology, gpu)
+    view = NodeView(topology, system.sm, system.cpu)
+    for graph in (system.ring, system.tree):
+        assert graph.channels == len(graph.orders) >= 1
+        assert all(sorted(order) == list(range(topology.num_ranks))
+                   for order in graph.orders)
+        if graph.bw_intra > 0.1:  # not NCCL's fallback order
+            for link, load in used_links(view, graph).items():
+                assert load <= view.capacity[link] + 1e-6
+    model = tune(system)
+    for name in C.FUNCTIONS:
+        choice = model.choose(name, 2**20)
+        assert 1 <= choice.channels <= system.channels and choice.time_s > 0

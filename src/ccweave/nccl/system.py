@@ -27,6 +27,8 @@ ZOO_GPUS = {"dgx1": "v100", "ndv2": "v100", "dgx2": "v100", "mist": "v100", "ced
 """The GPUs of the zoo's servers (docs/topology-format.md)."""
 ZOO_CPUS = {"mist": "power"}
 """Zoo servers whose host CPU is not their GPU generation's usual one."""
+MAX_NODE_GPUS = 72
+"""The most GPUs one node (one NVLink domain: NVL72) may have for the search model."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,13 @@ def nccl_system(topology: Topology, gpu: str | None = None) -> NcclSystem:
     generation = gpu_of(topology, gpu)
     if topology.num_ranks < 2:
         raise NotApplicableError(f"{topology.name}: one rank; NCCL has nothing to tune")
+    per_node = len(topology.groups["node"][0]) if "node" in topology.groups \
+        else topology.num_ranks
+    if per_node > MAX_NODE_GPUS:
+        raise NotApplicableError(
+            f"{topology.name}: {per_node} GPUs in one node; ccweave models NCCL's search on "
+            f"nodes of up to {MAX_NODE_GPUS} (an NVL72 domain): give the topology node "
+            "groups (groups.node)")
     base = topology.name.split(":")[0]
     cpu = ZOO_CPUS.get(base, generation.cpu) if gpu is None else generation.cpu
     view = NodeView(topology, generation.sm, cpu)
