@@ -24,7 +24,6 @@ from __future__ import annotations
 import itertools
 import math
 import xml.parsers.expat
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -247,14 +246,3 @@ def _int(attrs: dict[str, str], key: str, where: str, tag: str, base: int = 0) -
         raise InputError(f"{where}: <{tag}> needs a whole number {key}=, got "
                          f"{attrs.get(key)!r}") from None
 
-
-def check_orders(graph: NcclGraph, gpus: int) -> list[str]:
-    """What is wrong with a graph's channels for a node of ``gpus`` GPUs (empty: nothing):
-    ``nchannels`` channels, each listing every GPU once."""
-    problems = []
-    if graph.channels != len(graph.orders):
-        problems.append(f"nchannels={graph.channels} but {len(graph.orders)} <channel>s")
-    for number, order in enumerate(graph.orders):
-        if Counter(order) != Counter(range(gpus)) and len(order) != 1:
-            problems.append(f"channel {number} lists {order}, not each of 0..{gpus - 1} once")
-    return problems

@@ -6,7 +6,7 @@ per PCIe Gen3 x16), not on peak figures. ccweave's topologies carry peak figures
 (:mod:`ccweave.topology.link_table`); each link is scaled by NCCL's figure over the peak
 one of its kind: an NVLink by ``SMxx_NVLINK_BW`` over its peak per link, a PCIe link by
 12/16, a CPU socket link by NCCL's figure for the host CPU over the peak one; NIC ports
-and links of other kinds keep their figure.
+and links of other kinds keep their figure (a link of no known kind counts as NVLink).
 
 A path's type is NCCL's (``graph.h``): ``NVL`` over NVLink only (through an NVSwitch
 too), ``PIX`` through at most one PCIe switch, ``PXB`` through several, ``PHB`` through
@@ -32,7 +32,10 @@ from ccweave.topology import link_table
 from ccweave.topology.model import NodeKind, Topology
 from ccweave.units import GB_PER_S
 
-_CPU_LINK_KINDS = ("qpi", "upi", "xbus", "xgmi", "smp")
+_CPU_LINK_KINDS = ("qpi", "upi", "xbus", "xgmi", "smp", "sys")
+"""Link kinds between CPU sockets, as the zoo and the importers name them."""
+_OTHER_KINDS = ("pcie", "net", "c2c")
+"""Link kinds that are not NVLink and not between sockets."""
 
 
 @dataclass(frozen=True)
@@ -126,8 +129,8 @@ class NodeView:
     def is_nvlink(self, index: int) -> bool:
         """A link NCCL counts as NVLink: NVLink, or a link of no known kind."""
         kind = self.topology.links[index].kind.lower()
-        return "nvlink" in kind or not (
-            "pcie" in kind or "net" in kind or any(k in kind for k in _CPU_LINK_KINDS))
+        return "nvlink" in kind or not any(k in kind for k in (*_OTHER_KINDS,
+                                                               *_CPU_LINK_KINDS))
 
     # ---------------------------------------------------------------- paths
 
