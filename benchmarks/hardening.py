@@ -10,6 +10,10 @@ Cases, each in a fresh process (peak RSS is the child's own, from ``wait4``):
   about 10x between them when the import is linear (100x when quadratic).
 - ``compare-1024``: ``ccweave compare ring:1024 allreduce --sizes 1GB`` (limit 8 GiB).
 - ``refusals``: the issue's inputs that ate the machine, all in one process.
+- ``startup`` (issue 42): ``ccweave topo show dgx1`` from a fresh interpreter, median of
+  :data:`STARTS` runs, with torch importable and with torch and mpi4py hidden (an import
+  hook refuses them), beside a bare interpreter's start and ``import torch`` alone; says
+  whether the command loaded torch.
 
 Each line prints wall seconds, peak RSS and the load average when it ended.
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -104,11 +109,66 @@ def _refusals() -> dict[str, object]:
     return {"wall_s": time.perf_counter() - began, "exit_codes": codes}
 
 
+STARTS = 7
+"""Fresh interpreters per figure of ``startup`` (the median is printed)."""
+
+_STARTER = """
+import contextlib, json, os, sys
+if sys.argv[1] == "hidden":
+    class Hide:
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in ("torch", "mpi4py"):
+                raise ImportError(f"{name} is hidden")
+    sys.meta_path.insert(0, Hide())
+if sys.argv[2:]:
+    from ccweave.cli import main
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        code = main(sys.argv[2:])
+else:
+    code = 0
+print(json.dumps({"code": code, "torch": "torch" in sys.modules}))
+"""
+
+
+def _startup() -> dict[str, object]:
+    import statistics
+
+    def cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    def starts(*argv: str) -> tuple[float, float, dict[str, object]]:
+        """Median wall and CPU seconds of a fresh ``python ARGV``, and its report."""
+        walls, cpus, last = [], [], {}
+        for _ in range(STARTS):
+            began, spent = time.perf_counter(), cpu()
+            done = subprocess.run([sys.executable, *argv], capture_output=True, text=True,
+                                  check=True)
+            walls.append(time.perf_counter() - began)
+            cpus.append(cpu() - spent)
+            if argv[1] == _STARTER:
+                last = json.loads(done.stdout.strip().splitlines()[-1])
+        return statistics.median(walls), statistics.median(cpus), last
+
+    load_before = os.getloadavg()[0]
+    figures: dict[str, object] = {}
+    for name, argv in (("bare", ("-c", "pass")), ("torch", ("-c", "import torch")),
+                       ("importable", ("-c", _STARTER, "importable", "topo", "show", "dgx1")),
+                       ("hidden", ("-c", _STARTER, "hidden", "topo", "show", "dgx1"))):
+        wall, spent, last = starts(*argv)
+        figures |= {f"{name}_s": wall, f"{name}_cpu_s": spent}
+        if last:
+            figures[f"{name}_report"] = last
+    return {"wall_s": figures["importable_s"], **figures, "load_before": load_before}
+
+
+
 CASES: dict[str, Callable[[], dict[str, object]]] = {
     "xml-import": _xml_import(STEPS),
     "xml-import-small": _xml_import(STEPS // 10),
     "compare-1024": _compare_1024,
     "refusals": _refusals,
+    "startup": _startup,
 }
 
 
@@ -143,6 +203,8 @@ def report(rows: list[dict[str, object]]) -> str:
             line += f"  exit {row['exit_code']}, {verdict} {LIMIT_GIB:g} GiB"
         if "exit_codes" in row:
             line += f"  exit codes {row['exit_codes']}"
+        if row["case"] == "startup":
+            line = _startup_report(row)
         lines.append(line)
     by_case = {row["case"]: row for row in rows if "error" not in row}
     if {"xml-import", "xml-import-small"} <= set(by_case):
@@ -151,6 +213,22 @@ def report(rows: list[dict[str, object]]) -> str:
                      f"{big['peak_rss_GiB'] / small['peak_rss_GiB']:.1f}x the peak RSS "
                      "(linear: about 10x and less)")
     return "\n".join(lines)
+
+
+def _startup_report(row: dict[str, object]) -> str:
+    def figure(name: str) -> str:
+        return f"{row[f'{name}_s']:.2f} s wall, {row[f'{name}_cpu_s']:.2f} s CPU"
+
+    loaded = [name for name in ("importable", "hidden") if row[f"{name}_report"]["torch"]]
+    codes = [row[f"{name}_report"]["code"] for name in ("importable", "hidden")]
+    return "\n".join([
+        f"  startup            ccweave topo show dgx1, median of {STARTS} fresh starts "
+        f"(load {row['load_before']:.2f} before, {row['load_avg_1min']:.2f} after):",
+        f"    torch importable   {figure('importable')}  "
+        f"({'torch LOADED' if 'importable' in loaded else 'torch not loaded'}, exit {codes[0]})",
+        f"    torch hidden       {figure('hidden')}  (exit {codes[1]})",
+        f"    a bare python      {figure('bare')}",
+        f"    import torch alone {figure('torch')}  (what every command paid before)"])
 
 
 def main(argv: list[str] | None = None) -> int:

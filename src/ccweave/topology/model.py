@@ -316,16 +316,16 @@ class Topology:
     def check_connected(self) -> None:
         """Raise ``TopologyError`` unless every rank can reach every other (through fabric
         and, where needed, by relaying through ranks); dead-end fabric is fine."""
-        import networkx as nx
-
         if self.num_ranks < 2:
             return
-        graph = self.to_networkx()
-        component = {node: number
-                     for number, members in enumerate(nx.strongly_connected_components(graph))
-                     for node in members}
-        home = component[0]
-        stranded = [rank for rank in self.ranks if component[rank] != home]
+        index, size = self.node_index, len(self.nodes)
+        ends = np.array([(index[lk.src], index[lk.dst]) for lk in self.links],
+                        dtype=np.int64).reshape(-1, 2)
+        graph = scipy.sparse.csr_matrix((np.ones(len(ends)), (ends[:, 0], ends[:, 1])),
+                                        shape=(size, size))
+        _, component = scipy.sparse.csgraph.connected_components(graph, directed=True,
+                                                                 connection="strong")
+        stranded = [rank for rank in self.ranks if component[rank] != component[0]]
         if stranded:
             raise TopologyError(
                 f"topology {self.name!r} is disconnected: ranks {stranded[:8]} and rank 0 "
