@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from ccweave.collectives import Kind
 from ccweave.errors import NotApplicableError
 from ccweave.nccl import constants as C
+from ccweave.nccl import search
 from ccweave.nccl.model import nccl_model, pick, tune
 from ccweave.nccl.search import NcclGraph
 from ccweave.nccl.system import NcclSystem, nccl_system
@@ -171,3 +172,15 @@ def test_the_search_s_channels_fit_the_links_on_random_machines(topology, gpu):
     for name in C.FUNCTIONS:
         choice = model.choose(name, 2**20)
         assert 1 <= choice.channels <= system.channels and choice.time_s > 0
+
+
+def test_rings_are_cut_to_the_trees_channels_as_nccl_does():
+    """One-way links: rings fit, trees (which need the way back) find none and fall back
+    to NCCL's one channel; NCCL then runs rings on one channel too (init.cc)."""
+    links = tuple(Link(r, (r + 1) % 4, 50e9, 1e-6, "nvlink") for r in range(4))
+    topology = Topology("one-way", 4, links)
+    view = NodeView(topology, 80, "amd")
+    assert search.compute(view, C.PATTERN_RING).channels > 1
+    system = nccl_system(topology, "a100")
+    assert system.ring.channels == system.tree.channels == 1
+    assert system.tree.bw_intra == 0.1 and system.channels == 2

@@ -73,9 +73,9 @@ class NcclSystem:
 
     @property
     def channels(self) -> int:
-        """``comm->nChannels``: twice the fewer of the ring's and the tree's channels
-        (``ncclTopoPostset``), four times on Hopper and newer across nodes when rings run
-        faster than 45 GB/s and fewer than 16 would be."""
+        """``comm->nChannels``: twice the ring's (and tree's) channels (``ncclTopoPostset``),
+        four times on Hopper and newer across nodes when rings run faster than 45 GB/s
+        and fewer than 16 would be."""
         base = min(self.ring.channels, self.tree.channels)
         count = min(C.MAXCHANNELS, 2 * base)
         if self.sm >= 90 and self.nodes > 1 and self.ring.bw_intra > 45.0 and count < 16:
@@ -96,9 +96,18 @@ class NcclSystem:
 
     def with_graphs(self, graphs: dict[int, NcclGraph], source: str) -> NcclSystem:
         """The same machine with NCCL's own graphs (by graph id: 0 ring, 1 tree, 3 NVLS)."""
-        return replace(self, ring=graphs.get(C.GRAPH_RING, self.ring),
-                       tree=graphs.get(C.GRAPH_TREE, self.tree),
-                       nvls=graphs.get(C.GRAPH_NVLS, self.nvls), graphs_from=source)
+        ring, tree = _fewer(graphs.get(C.GRAPH_RING, self.ring),
+                            graphs.get(C.GRAPH_TREE, self.tree))
+        return replace(self, ring=ring, tree=tree, nvls=graphs.get(C.GRAPH_NVLS, self.nvls),
+                       graphs_from=source)
+
+
+def _fewer(ring: NcclGraph, tree: NcclGraph) -> tuple[NcclGraph, NcclGraph]:
+    """Rings and trees cut to the fewer channels of the two, as ``initTransportsRank``
+    does before tuning (``src/init.cc``)."""
+    count = min(ring.channels, tree.channels)
+    return (replace(ring, channels=count, orders=ring.orders[:count]),
+            replace(tree, channels=count, orders=tree.orders[:count]))
 
 
 def gpu_of(topology: Topology, gpu: str | None = None) -> link_table.GpuGeneration:
@@ -144,5 +153,6 @@ def nccl_system(topology: Topology, gpu: str | None = None) -> NcclSystem:
     ring = search.compute(view, C.PATTERN_RING, 1, C.RING_MAX_CHANNELS)
     tree = search.compute(view, C.PATTERN_BALANCED_TREE, ring.channels, ring.channels)
     nvls = search.compute(view, C.PATTERN_NVLS)
+    ring, tree = _fewer(ring, tree)
     return NcclSystem(topology.name, topology.num_ranks, view.nodes, generation.sm,
                       generation.name, cpu, ring, tree, nvls, view.nvswitch is not None)
