@@ -76,16 +76,26 @@ def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[obje
 
 
 def fmt(value: object) -> str:
-    """Floats in fixed point: two decimals, or three significant digits below 1."""
-    if isinstance(value, float):
-        if math.isinf(value) or math.isnan(value):
-            return str(value)
-        if value == 0 or abs(value) >= 1:
-            return f"{value:.2f}"
-        if abs(value) < 1e-9:
-            return f"{value:.3g}"
-        return f"{value:.{2 - math.floor(math.log10(abs(value)))}f}"
-    return str(value)
+    """A float as a figure that shows its value: two decimals from 1 to 1e9; below 1 (from
+    1e-4) and in exponent form beyond, three significant digits and a fourth where it is
+    not zero (0.0375, 0.01875, 0.700). Every digit shown is the value's, correctly
+    rounded, and a value that is not zero never shows as zero; other values as ``str``."""
+    if not isinstance(value, float):
+        return str(value)
+    magnitude = abs(value)
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0 or 1 <= magnitude < 1e9:
+        return f"{value:.2f}"
+    if 1e-4 <= magnitude < 1:
+        return _drop_a_zero(f"{value:.{3 - math.floor(math.log10(magnitude))}f}")
+    mantissa, _, exponent = f"{value:.3e}".partition("e")
+    return f"{_drop_a_zero(mantissa)}e{exponent}"
+
+
+def _drop_a_zero(digits: str) -> str:
+    """Four significant digits as three when the fourth is a zero."""
+    return digits[:-1] if digits.endswith("0") else digits
 
 
 TIME_UNITS = (("us", 1e-6), ("ms", 1e-3), ("s", 1.0))

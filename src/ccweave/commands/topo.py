@@ -55,11 +55,13 @@ def _link_table(topo, every: bool) -> None:
                 for lk in topo.links]
         _output.print_table("links", ["link", "kind", "GB/s", "alpha us"], rows)
         return
-    classes: dict[tuple, int] = {}
+    classes: dict[tuple[str, str, str], list] = {}  # by the figures as shown
     for lk in topo.links:
-        key = (lk.kind or "-", round(lk.bandwidth / GB_PER_S, 3), round(lk.alpha / US, 3))
-        classes[key] = classes.get(key, 0) + 1
-    rows = [(kind, count, bw, alpha) for (kind, bw, alpha), count in sorted(classes.items())]
+        bw, alpha = lk.bandwidth / GB_PER_S, lk.alpha / US
+        key = (lk.kind or "-", _output.fmt(bw), _output.fmt(alpha))
+        classes.setdefault(key, [bw, alpha, 0])[2] += 1
+    rows = [(kind, count, bw, alpha) for (kind, bw, alpha), (_, _, count) in
+            sorted(classes.items(), key=lambda item: (item[0][0], *item[1][:2]))]
     _output.print_table("link classes (--links for each)", ["kind", "links", "GB/s", "alpha us"],
                         rows)
 
