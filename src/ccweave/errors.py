@@ -11,11 +11,21 @@ _CONTROL = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7f, 0xa0)
 
 
 def printable(text: object) -> str:
-    """``text`` with control characters (terminal escape sequences, newlines, carriage
-    returns) shown as ``\\xNN`` and lone surrogates as ``\\udNNN``: names from files
-    and arguments print as themselves and an error stays one line."""
+    """``text`` with every character a terminal would not show as itself escaped: control
+    characters (escape sequences, newlines, carriage returns) as ``\\xNN``; bidi
+    overrides (U+202E turns the rest of a line around), zero-width and other format
+    characters, line separators, unassigned code points and lone surrogates as
+    ``\\uNNNN``. The one helper between a name from a file or an argument and the
+    console: it prints as itself and an error stays one line."""
     shown = str(text).translate(_CONTROL)
-    return shown.encode("utf-8", "backslashreplace").decode("utf-8")  # lone surrogates too
+    if not shown.isprintable():  # beyond ASCII controls: Python's own test, by category
+        shown = "".join(ch if ch.isprintable() else _escape(ch) for ch in shown)
+    return shown
+
+
+def _escape(character: str) -> str:
+    code = ord(character)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def say(line: str) -> None:

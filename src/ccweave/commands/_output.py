@@ -20,7 +20,12 @@ progress_console = Console(stderr=True, highlight=False)
 
 def progress_printer():
     """A callback that shows progress lines on a terminal, and nothing when piped."""
-    return progress_console.print if progress_console.is_terminal else None
+    return progress_line if progress_console.is_terminal else None
+
+
+def progress_line(line: object) -> None:
+    """One progress line on stderr, its names escaped (:func:`plain`)."""
+    progress_console.print(plain(line))
 
 
 def print_json(data: object) -> None:

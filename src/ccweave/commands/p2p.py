@@ -59,7 +59,7 @@ def run(args) -> int:
         written = plot_bandwidth(_curves(topo, args, kinds, sizes, plans),
                                  f"p2p {args.src} -> {args.dst} on {topo.name} (simulated)",
                                  args.plot)
-        _output.progress_console.print(f"wrote {written}")
+        _output.progress_console.print(f"wrote {_output.plain(written)}")
     if args.json:
         _output.print_json([_row(plan) for plan in plans])
         return 0

@@ -94,7 +94,7 @@ def _print_description(args, emulation, info: dict) -> None:
     if args.json:
         _output.print_json(info)
         return
-    _output.console.print(emulation.describe())
+    _output.console.print(_output.plain(emulation.describe()))
     topo = emulation.topology
     _output.print_table(
         f"ranks of {topo.name}", ["rank", "namespace", "address", "device"],
@@ -132,8 +132,9 @@ def _up(args) -> int:
     outfile.write_text(path, json.dumps(info))
     _print_description(args, emulation, info)
     if not args.json:
-        _output.console.print(f"up; `ccweave testbed run {args.topology} -- COMMAND` runs in "
-                              f"it, `ccweave testbed down {args.topology}` removes it")
+        name = _output.plain(args.topology)
+        _output.console.print(f"up; `ccweave testbed run {name} -- COMMAND` runs in "
+                              f"it, `ccweave testbed down {name}` removes it")
     return 0
 
 
