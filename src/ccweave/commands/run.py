@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 from ccweave import plan as plan_io
 from ccweave.commands import _inputs, _output
-from ccweave.errors import InputError, RuntimeFault, VerificationError
+from ccweave.errors import InputError, RuntimeFault, VerificationError, printable, say
 from ccweave.plan import Plan
 from ccweave.synth.registry import strategies
 from ccweave.units import format_size
@@ -78,7 +77,13 @@ def run(args) -> int:
         die_with_parent()
     check_backend(args.backend, job if job is not None and job.launcher != "ccweave" else None)
     options = _options(args)
-    sizes = _inputs.sizes(args.sizes)
+    sizes = _inputs.measured_sizes(args.sizes)
+    if job is None and args.backend == "mpi":  # mpirun's ranks need mpi4py: say so now
+        from ccweave.runtime.prerequisites import mpi_missing
+
+        missing = mpi_missing()
+        if missing:
+            raise InputError(f"--backend mpi: {missing}; or use --backend gloo")
     plan = _plan(args, launching=job is None)
     ranks = plan.collective.num_ranks
     if job is None:
@@ -98,30 +103,22 @@ def run(args) -> int:
 
 def _check_memory(args, plan: Plan, sizes: list[int], itemsize: int, ranks_here: int) -> None:
     """Refuse sizes whose buffers would not fit this host's memory (or the GPU's, for
-    NCCL) before any rank starts or allocates: each rank holds its input, output and
-    scratch, and about as much again (received data, the expected output)."""
-    from ccweave.runtime.launch import check_memory
-
+    NCCL) before any rank starts or allocates (``bench`` makes the same check)."""
     def per_rank(size: int) -> int:
         schedule = plan.schedule_for(size)
-        chunk = max(itemsize, size // schedule.collective.total_chunks)
-        slots = (schedule.collective.input_chunks + schedule.collective.output_chunks
-                 + schedule.scratch_chunks)
-        return 2 * chunk * slots
+        return _inputs.rank_buffer_bytes(schedule.collective, size, itemsize,
+                                         schedule.scratch_chunks)
 
-    largest = max(sizes, key=per_rank)
-    check_memory(f"--sizes {args.sizes}", args.backend, ranks_here, per_rank(largest),
-                 f"at {format_size(largest)}")
+    _inputs.check_buffers(f"--sizes {args.sizes}", args.backend, ranks_here, sizes, per_rank)
 
 
 def _options(args):
     from ccweave.runtime.measure import Options, parse_dtype
     from ccweave.runtime.reduce_ops import RedOp
 
-    if args.iters < 1 or args.warmup < 0:
-        raise InputError("--iters must be >= 1 and --warmup >= 0")
-    if not 0 < args.timeout < math.inf:
-        raise InputError(f"--timeout {args.timeout}: give a positive number of seconds")
+    _inputs.count(args.iters, "--iters", 1)
+    _inputs.count(args.warmup, "--warmup", 0)
+    _inputs.timeout(args.timeout)
     modes = {"both": (False, True), "out": (False,), "in": (True,)}[args.modes]
     return Options(parse_dtype(args.dtype), RedOp.parse(args.op), args.iters, args.warmup,
                    args.check, modes, args.timeout)
@@ -154,10 +151,14 @@ def _plan(args, launching: bool = False) -> Plan:
 
         check_memory(args.topology, args.backend, args.nproc or topo.num_ranks, 0)
     chunks, options = _inputs.chunks_and_options(args.chunks, args.option)
-    return strategy_plan(topo, _inputs.kind(args.collective), args.strategy,
+    plan = strategy_plan(topo, _inputs.kind(args.collective), args.strategy,
                          _inputs.sizes(args.sizes), root=args.root, chunks=chunks,
                          progress=None if args.json else _output.progress_printer(),
                          **options)
+    instead = _inputs.channels_used(options, [entry.schedule for entry in plan.entries])
+    if instead:
+        say(f"ccweave: note: {printable(instead)}")
+    return plan
 
 
 def _agrees(args, plan: Plan):
