@@ -57,10 +57,10 @@ def _run(args) -> int:
 
 
 def _plan(args, tag: str = "0", subnet: int = 100):
-    from ccweave.testbed.emulation import DEFAULT_MAX_RATE_MBIT, emulate
+    from ccweave.testbed.emulation import emulate
 
     topo = _inputs.topology(args.topology)
-    return emulate(topo, max_rate_mbit=args.max_rate or DEFAULT_MAX_RATE_MBIT, tag=tag,
+    return emulate(topo, max_rate_mbit=_inputs.max_rate(args.max_rate), tag=tag,
                    subnet=subnet)
 
 
