@@ -15,12 +15,12 @@ from dataclasses import dataclass, field, replace
 from ccweave import schedule as schedule_io
 from ccweave.collectives import Collective, Kind
 from ccweave.compare import build_verified, default_strategies
-from ccweave.errors import InputError, NotApplicableError
+from ccweave.errors import InputError, NotApplicableError, SolverError
 from ccweave.runtime.batch import Case
 from ccweave.runtime.native import NATIVE_KINDS, native_name
 from ccweave.schedule import Schedule
 from ccweave.simulate import simulate
-from ccweave.synth.registry import get_strategy
+from ccweave.synth.registry import get_strategy, strategies_for, synthesize
 from ccweave.topology.model import Topology
 
 AUTO = "auto"
@@ -64,13 +64,8 @@ def plan_entries(topology: Topology, kind: Kind, sizes: Sequence[int],
     model when calibrated): schedules, ``auto``'s choice and predictions come from it;
     predictions are multiplied by ``scale`` into the emulated machine's time. ``options``
     gives a strategy its options (``{"multipath": {"kinds": "direct,relay"}}``)."""
-    for base in baselines:
-        if base not in BASELINES:
-            raise InputError(f"--baselines {base!r}: choose from {', '.join(BASELINES)}")
-    if baselines and kind not in NATIVE_KINDS:
-        raise InputError(f"{kind.value} has no native collective in gloo or MPI to compare "
-                         "with; pass --baselines ''")
-    names = list(strategies) if strategies else [*default_strategies(kind), AUTO]
+    check_baselines(baselines, kind)
+    names = strategy_names(strategies, kind)
     entries: list[Entry] = []
     skipped: list[Skipped] = []
     for name in names:
@@ -80,7 +75,7 @@ def plan_entries(topology: Topology, kind: Kind, sizes: Sequence[int],
             schedules = (_auto(topology, kind, sizes, root) if name == AUTO
                          else _schedules(topology, kind, name, sizes, root,
                                          (options or {}).get(name, {})))
-        except NotApplicableError as error:
+        except (NotApplicableError, SolverError) as error:  # the others still run
             skipped.append(Skipped(name, str(error)))
             continue
         predicted = {size: simulate(schedules[size], topology, size).time_s * scale
@@ -91,6 +86,45 @@ def plan_entries(topology: Topology, kind: Kind, sizes: Sequence[int],
                          + "; ".join(f"{s.label}: {s.reason}" for s in skipped))
     entries += [Entry(native_name(base, kind), base, True) for base in baselines]
     return entries, skipped
+
+
+def strategy_names(strategies: Sequence[str] | None, kind: Kind) -> list[str]:
+    """The strategies a bench runs: ``strategies`` (each known and building ``kind``,
+    ``auto`` among them or not), or every fast strategy for ``kind`` and ``auto``."""
+    if strategies is None:
+        return [*default_strategies(kind), AUTO]
+    for name in strategies:
+        if name != AUTO and kind not in get_strategy(name).collectives:
+            raise InputError(f"--strategies: {name} does not build {kind.value}; strategies "
+                             f"that do: {', '.join(strategies_for(kind))}")
+    return list(strategies)
+
+
+def check_baselines(baselines: Sequence[str], kind: Kind) -> None:
+    """Refuse an unknown incumbent, or any for a collective neither backend has."""
+    for base in baselines:
+        if base not in BASELINES:
+            raise InputError(f"--baselines {base!r}: choose from {', '.join(BASELINES)}")
+    if baselines and kind not in NATIVE_KINDS:
+        raise InputError(f"{kind.value} has no native collective in gloo or MPI to compare "
+                         "with; pass --baselines ''")
+
+
+def check_options(topology: Topology, kind: Kind, sizes: Sequence[int],
+                  options: dict[str, dict[str, object]], *, root: int = 0) -> None:
+    """Build each strategy given options once on ``topology`` (at the first size), so an
+    option it does not take, or a value it refuses, is refused before any rank starts
+    (the bench's own builds come after the calibration); a strategy that does not apply
+    here is left to the bench, which says so."""
+    for name, given in options.items():
+        sized = {"size": sizes[0]} if get_strategy(name).sized else {}
+        try:
+            synthesize(topology, kind, name, root=root, **sized, **given)
+        except (NotApplicableError, SolverError):
+            continue
+        except InputError as error:
+            shown = " ".join(f"{name}:{key}={value}" for key, value in given.items())
+            raise InputError(f"--option {shown}: {error}") from None
 
 
 def _schedules(topology: Topology, kind: Kind, name: str, sizes: Sequence[int],

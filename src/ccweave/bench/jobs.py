@@ -6,8 +6,10 @@ every rank, and rank 0 reports. The profiler's calibration runs on the same site
 from __future__ import annotations
 
 import json
+import re
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,17 +24,51 @@ from ccweave.topology.model import Topology
 TESTBEDS = ("netns", "none")
 BATCH_MODULE = "ccweave.runtime.batch"
 Lines = Callable[[str], None]
+MAX_LINES = 40
+"""A failed job's lines kept: its failed ranks' last lines, or its ranks' errors."""
+_OWN_ERROR = re.compile(r"^(ccweave: error: .*|\w+(\.\w+)*(Error|Exception|Interrupt)(: .*)?)$")
+"""A line a rank writes about its own failure: ccweave's one-line error, or the last line
+of a Python traceback."""
+
+
+@dataclass(frozen=True)
+class JobFailure:
+    """A job that failed: which (``gloo``, ``mpi``, ``calibration``), the launcher's
+    one-line account, and the failing rank's own error as lines."""
+
+    backend: str
+    error: str
+    lines: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {"job": self.backend, "error": self.error, "last_lines": list(self.lines)}
+
+
+def job_failure(backend: str, error: BaseException, seen: Iterable[str] = ()) -> JobFailure:
+    """``error`` (a launcher's RuntimeFault: one line, then the failed ranks' last lines,
+    in its text or its ``details``) as a :class:`JobFailure`. An MPI job's last lines are
+    mpirun's own report, not the rank's: the ranks' errors are then picked from those and
+    from ``seen``, what the job printed; so too when the launcher gave no lines."""
+    first, *rest = str(error).strip().splitlines() or [type(error).__name__]
+    rest += [str(line) for line in getattr(error, "details", ())]
+    if backend == "mpi" or not rest:
+        own = [line.strip() for line in [*seen, *rest] if _OWN_ERROR.match(line.strip())]
+        rest = list(dict.fromkeys(own)) or rest
+    lines = [line.rstrip() for line in rest if line.strip()]
+    return JobFailure(backend, first.strip().rstrip(":"), tuple(lines[-MAX_LINES:]))
 
 
 @dataclass(frozen=True)
 class Measured:
     """Rank 0's rows by case name; each rank's peak RSS (MB) per backend; the factor that
-    turns an emulated time into the machine's (1.0 off the testbed)."""
+    turns an emulated time into the machine's (1.0 off the testbed); the jobs that
+    failed (the others' rows are kept)."""
 
     rows: dict[str, dict]
     peak_rss_mb: dict[str, list[float]]
     scale: float
     testbed: str
+    failed: tuple[JobFailure, ...] = ()
 
 
 @dataclass
@@ -91,7 +127,8 @@ def site(topology: Topology, testbed: str = "netns", *, max_rate_mbit: float | N
         if testbed == "none":
             yield Site(topology, topology, testbed, None, 1.0, Path(folder))
             return
-        emulation = emulate(topology, max_rate_mbit=max_rate_mbit or DEFAULT_MAX_RATE_MBIT,
+        rate = DEFAULT_MAX_RATE_MBIT if max_rate_mbit is None else max_rate_mbit
+        emulation = emulate(topology, max_rate_mbit=rate,
                             tag=fresh_tag(), subnet=free_subnet(host_networks()))
         with Testbed(emulation, control=mpi) as bed:
             yield Site(topology, emulation.emulated_topology(), testbed, bed,
@@ -101,33 +138,49 @@ def site(topology: Topology, testbed: str = "netns", *, max_rate_mbit: float | N
 def run_jobs(place: Site, jobs: dict[str, list[Case]], *, timeout: float = 3600.0,
              on_progress: Lines | None = None) -> Measured:
     """Run each backend's cases (``{"gloo": [...], "mpi": [...]}``) and collect the rows
-    (a case run in several rounds gives one row, :func:`median_row`).
+    (a case run in several rounds gives one row, :func:`median_row`). A job that fails
+    is recorded in ``failed`` and the next job still runs: one backend's fault does not
+    cost the others' measurements.
 
     ``on_progress`` hears each ``"i/n name size"`` rank 0 announces.
     """
     rounds: dict[str, list[dict]] = {}
     rss: dict[str, list[float]] = {}
-
-    def follow(line: str) -> None:
-        if on_progress and line.startswith(batch.PROGRESS):
-            on_progress(line[len(batch.PROGRESS):].strip())
-
+    failed: list[JobFailure] = []
     for backend, cases in jobs.items():
         if not cases:
             continue
+        seen: deque[str] = deque(maxlen=200)
+        follow = _follower(seen, on_progress)
         cases_path = place.folder / f"{backend}-cases.json"
         out_path = place.folder / f"{backend}-results.json"
         batch.save(cases, cases_path)
         argv = [str(cases_path), str(out_path), "--backend", backend, "--timeout",
                 str(min(timeout, 600.0)), "--progress"]
-        place.run(BATCH_MODULE, argv, backend, timeout, follow)
-        if not out_path.exists():
-            raise RuntimeFault(f"the {backend} job ended without results (errors above)")
+        try:
+            place.run(BATCH_MODULE, argv, backend, timeout, follow)
+            if not out_path.exists():
+                raise RuntimeFault(f"the {backend} job ended without results")
+        except RuntimeFault as error:
+            failed.append(job_failure(backend, error, seen))
+            continue
         for row in json.loads(out_path.read_text()):
             rounds.setdefault(row["case"], []).append(row)
         rss[backend] = json.loads(Path(f"{out_path}.rss").read_text())
     rows = {name: median_row(group) for name, group in rounds.items()}
-    return Measured(rows, rss, place.scale, place.testbed)
+    return Measured(rows, rss, place.scale, place.testbed, tuple(failed))
+
+
+def _follower(seen: deque[str], on_progress: Lines | None) -> Lines:
+    """Hands rank 0's progress announcements to ``on_progress`` and keeps the job's other
+    lines in ``seen`` (a failure's account picks the ranks' errors from them)."""
+    def follow(line: str) -> None:
+        if not line.startswith(batch.PROGRESS):
+            seen.append(line)
+        elif on_progress:
+            on_progress(line[len(batch.PROGRESS):].strip())
+
+    return follow
 
 
 def calibrate(place: Site, spec: str, sizes: str, *, timeout: float = 3600.0,

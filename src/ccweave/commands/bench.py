@@ -5,14 +5,14 @@ network of TOPO (or on this machine), with the model's prediction beside each ti
 from __future__ import annotations
 
 import os
-import shutil
 
 from ccweave import outfile
 from ccweave.commands import _inputs, _output
-from ccweave.errors import InputError
-from ccweave.units import format_size
+from ccweave.errors import InputError, RuntimeFault, printable, say
+from ccweave.units import format_size, shown
 
 ORDER = 85
+CALIBRATE_SIZES = "1MB,16MB"
 
 
 def add_parser(subparsers) -> None:
@@ -47,8 +47,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--no-calibrate", dest="calibrate", action="store_false",
                         help="predict with the plain link model instead of first fitting "
                              "the cost model on the machine (ccweave profile --calibrate)")
-    parser.add_argument("--calibrate-sizes", default="1MB,16MB",
-                        help="sizes of the calibration runs (default 1MB,16MB)")
+    parser.add_argument("--calibrate-sizes",
+                        help=f"sizes of the calibration runs (default {CALIBRATE_SIZES})")
     parser.add_argument("--save-model", metavar="FILE",
                         help="write the calibrated machine (as emulated, with its cost "
                              "model) to FILE, for a later --model")
@@ -66,51 +66,66 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from ccweave.bench.cases import batch_cases, plan_entries
-    from ccweave.bench.jobs import calibrate, run_jobs, site
+    from ccweave.bench.jobs import calibrate, job_failure, run_jobs, site
     from ccweave.bench.report import error_stats, plot, rows_for, summarize
     from ccweave.collectives import Collective
 
     topo = _inputs.topology(args.topology)
     kind = _inputs.kind(args.collective)
-    sizes = _inputs.sizes(args.sizes)
-    if args.reps < 1 or args.warmup < 0:
-        raise InputError("--reps must be >= 1 and --warmup >= 0")
-    baselines = _baselines(args.baselines)
+    collective = Collective(kind, topo.num_ranks, root=args.root,
+                            peer=(args.root + 1) % topo.num_ranks)  # sendrecv: to the next
+    sizes = _inputs.measured_sizes(args.sizes)
+    _inputs.count(args.reps, "--reps", 1, _inputs.MAX_REPS)
+    _inputs.count(args.warmup, "--warmup", 0)
+    _inputs.timeout(args.timeout)
+    max_rate = _max_rate(args)
+    names = _strategies(args.strategies, kind)
+    options = _options(args.option, names)
+    baselines, dropped = _baselines(args.baselines, kind)
     _check_testbed(args.testbed)
-    names = [s.strip() for s in args.strategies.split(",") if s.strip()] \
-        if args.strategies else None
-    if args.calibrate:
-        _inputs.sizes(args.calibrate_sizes)
+    calibrate_sizes = _calibration_sizes(args)
+    fitted = _inputs.topology(args.model) if args.model else None
+    _check_memory(args, topo, collective, sizes, calibrate_sizes)
+    if options:  # a strategy's options are refused now, not after the calibration
+        from ccweave.bench.cases import check_options
+
+        check_options(topo, kind, sizes, options, root=args.root)
     # outputs refused before the minutes of measuring, not after
     if args.save_model:
         outfile.check(args.save_model, [args.topology, args.model], flag="--save-model")
     if args.plot:
         for suffix in ("-busbw.png", "-predicted.png"):
             outfile.check(args.plot + suffix, flag="--plot")
+    for skip in dropped:
+        say(f"ccweave: note: {printable(skip.label)} left out: {printable(skip.reason)}")
     load_before = os.getloadavg()
-    say = None if args.json else _output.progress_printer()
-    collective = Collective(kind, topo.num_ranks, root=args.root,
-                            peer=(args.root + 1) % topo.num_ranks)  # sendrecv: to the next
+    progress = None if args.json else _output.progress_printer()
     calibration = None
-    with site(topo, args.testbed, max_rate_mbit=args.max_rate,
-              mpi="mpi" in baselines) as place:
+    with site(topo, args.testbed, max_rate_mbit=max_rate, mpi="mpi" in baselines) as place:
         model = place.emulated
-        if args.model:
-            fitted = _inputs.topology(args.model)
+        if fitted is not None:
             model = model.with_cost(fitted.cost, fitted.groups.get("host"))
-        elif args.calibrate:
-            if say:
-                say("calibrating the cost model on the machine (ccweave profile --calibrate)")
-            calibration = calibrate(place, args.topology, args.calibrate_sizes,
-                                    timeout=args.timeout, progress=say)
+        elif calibrate_sizes is not None:
+            if progress:
+                progress("calibrating the cost model on the machine (ccweave profile "
+                         "--calibrate)")
+            try:
+                calibration = calibrate(place, args.topology, calibrate_sizes,
+                                        timeout=args.timeout, progress=progress)
+            except RuntimeFault as error:
+                failure = job_failure("calibration", error)
+                for line in failure.lines:
+                    say(f"  {printable(line)}")
+                raise RuntimeFault(f"the calibration job failed: {failure.error}") from None
             model = model.with_cost(calibration.cost, calibration.hosts)
             if args.save_model:
                 from ccweave.topology import io as topology_io
 
                 topology_io.write(model, args.save_model)
         entries, skipped = plan_entries(model, kind, sizes, names, baselines, root=args.root,
-                                        scale=place.scale, options=_options(args.option),
-                                        progress=say)
+                                        scale=place.scale, options=options,
+                                        progress=progress)
+        skipped = [*dropped, *skipped]
         jobs = {backend: batch_cases(entries, sizes, collective, backend, reps=args.reps,
                                      warmup=args.warmup, scale=place.scale)
                 for backend in dict.fromkeys(["gloo", *baselines])}
@@ -124,7 +139,7 @@ def run(args) -> int:
     summaries = summarize(rows, sizes)
     stats = error_stats(rows)
     plots = plot(rows, collective, f"{kind.value} on {topo.name}", args.plot) \
-        if args.plot else []
+        if args.plot and rows else []
     load = {"before": load_before, "after": load_after, "cores": os.cpu_count()}
     cost = None if model.cost.is_empty else model.cost.to_dict()
     if args.json:
@@ -138,13 +153,14 @@ def run(args) -> int:
             "summary": [s.__dict__ for s in summaries],
             "prediction_error": stats.__dict__ if stats else None,
             "peak_rss_MB": measured.peak_rss_mb, "plots": plots,
-            "skipped": [s.__dict__ for s in skipped]})
-        return _wrong_code(rows)
-    where = ("netns testbed" if measured.testbed == "netns" else "this machine")
+            "skipped": [s.__dict__ for s in skipped],
+            "failed": [failure.to_dict() for failure in measured.failed]})
+        return _outcome(rows, measured.failed)
+    where = "the netns testbed" if measured.testbed == "netns" else "this machine"
     scaled = (f"; bandwidths x{measured.scale:.4g}, times scaled back" if measured.scale != 1
               else "")
     _output.print_table(
-        f"{kind.value} on {topo.name}, measured on the {where}{scaled} (median of "
+        f"{kind.value} on {topo.name}, measured on {where}{scaled} (median of "
         f"{args.reps}; predicted: the model's time)",
         ["algorithm", "schedule", "size", "count", "time(us)", "predicted(us)", "error",
          "algbw(GB/s)", "busbw(GB/s)", "#wrong"],
@@ -186,29 +202,122 @@ def run(args) -> int:
                               f"{_output.plain(skip.reason)}[/]")
     for path in plots:
         _output.console.print(f"wrote {_output.plain(path)}")
-    return _wrong_code(rows)
+    for failure in measured.failed:
+        _output.console.print(f"the {_output.plain(failure.backend)} job failed: "
+                              f"{_output.plain(failure.error)}")
+        for line in failure.lines:
+            _output.console.print(f"  {_output.plain(line)}")
+    return _outcome(rows, measured.failed)
 
 
-def _options(pairs: list[str] | None) -> dict[str, dict[str, object]]:
-    """``--option STRATEGY:KEY=VALUE`` as options per strategy."""
+def _strategies(text: str | None, kind) -> list[str]:
+    """``--strategies``: the default list when left out; named, each checked now."""
+    from ccweave.bench.cases import strategy_names
+
+    named = None if text is None else _inputs.names(text, "--strategies", "ring,direct")
+    return strategy_names(named, kind)
+
+
+def _options(pairs: list[str] | None, names: list[str]) -> dict[str, dict[str, object]]:
+    """``--option STRATEGY:KEY=VALUE`` as options per strategy; an option for a strategy
+    the bench does not run, or one that has a flag of its own, is refused (it would be
+    ignored, or clash with the flag)."""
+    from ccweave.bench.cases import AUTO
+
     found: dict[str, dict[str, object]] = {}
     for pair in pairs or []:
         name, sep, rest = pair.partition(":")
         if not sep or not name:
-            raise InputError(f"--option {pair!r}: write STRATEGY:KEY=VALUE, e.g. "
+            raise InputError(f"--option {shown(pair)}: write STRATEGY:KEY=VALUE, e.g. "
                              "multipath:kinds=direct,relay")
-        found.setdefault(name, {}).update(_inputs.strategy_options([rest]))
+        if name == AUTO:
+            raise InputError(f"--option {shown(pair)}: auto takes no options (it picks among "
+                             "the strategies with their defaults); name the strategy")
+        if name not in names:
+            raise InputError(f"--option {shown(pair)}: {shown(name)} is not among the "
+                             f"strategies this bench runs ({', '.join(names)}); add it to "
+                             "--strategies or drop the option")
+        options = _inputs.strategy_options([rest])
+        _inputs.refuse_flag_options(options, {**_inputs.SYNTHESIS_ARGUMENTS,
+                                              "strategy": "--strategies", "size": "--sizes"},
+                                    f"--option {name}:")
+        found.setdefault(name, {}).update(options)
     return found
 
 
-def _baselines(text: str | None) -> list[str]:
+def _baselines(text: str | None, kind) -> tuple[list[str], list]:
+    """The incumbents to run, and those the default leaves out because they cannot run
+    here (each with the reason, said before anything starts). Named ones that cannot
+    run are refused, naming what is missing, the fix and the flag that drops them."""
+    from ccweave.bench.cases import BASELINES, Skipped, check_baselines
+    from ccweave.runtime.native import NATIVE_KINDS
+    from ccweave.runtime.prerequisites import mpi_missing, torch_missing
+
+    missing = torch_missing()  # ccweave's own schedules run over gloo in every bench
+    if missing:
+        raise InputError(f"ccweave bench runs its ranks over torch.distributed: {missing}")
+    dropped = []
     if text is None:
-        return ["gloo", "mpi"] if shutil.which("mpirun") else ["gloo"]
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    if "mpi" in names and shutil.which("mpirun") is None:
-        raise InputError("--baselines mpi needs mpirun (Debian: openmpi-bin); drop it or "
-                         "install Open MPI")
-    return names
+        names = list(BASELINES)
+        if kind not in NATIVE_KINDS:
+            return [], [Skipped("baselines", f"gloo and MPI have no native {kind.value}")]
+    else:
+        names = _inputs.names(text, "--baselines", "gloo,mpi") if text.strip() else []
+        check_baselines(names, kind)
+    if "mpi" in names:
+        missing = mpi_missing()
+        if missing and text is None:
+            names.remove("mpi")
+            dropped.append(Skipped("mpi baseline", f"{missing}; --baselines gloo leaves it "
+                                                   "out without this note"))
+        elif missing:
+            keep = ",".join(name for name in names if name != "mpi") or "''"
+            raise InputError(f"--baselines {shown(text)}: the mpi baseline cannot run: "
+                             f"{missing}; or drop it with --baselines {keep}")
+    return names, dropped
+
+
+def _max_rate(args) -> float | None:
+    if args.testbed != "netns":
+        if args.max_rate is not None:
+            raise InputError(f"--max-rate {args.max_rate:g}: shapes the netns testbed's links; "
+                             "--testbed none runs on this machine as it is: drop --max-rate")
+        return None
+    return _inputs.max_rate(args.max_rate)
+
+
+def _calibration_sizes(args) -> str | None:
+    """The calibration's sizes when the bench calibrates, else ``None``. ``--calibrate-sizes``
+    and ``--save-model`` take effect only then: with ``--no-calibrate`` or ``--model``
+    they are refused, not ignored."""
+    calibrating = args.calibrate and not args.model
+    for flag, given in (("--save-model", args.save_model),
+                        ("--calibrate-sizes", args.calibrate_sizes)):
+        if given is not None and not calibrating:
+            instead = "--model" if args.model else "--no-calibrate"
+            raise InputError(f"{flag}: the bench does not calibrate with {instead}; drop "
+                             f"{flag} or {instead}")
+    if not calibrating:
+        return None
+    text = CALIBRATE_SIZES if args.calibrate_sizes is None else args.calibrate_sizes
+    _inputs.measured_sizes(text, "--calibrate-sizes")
+    return text
+
+
+def _check_memory(args, topo, collective, sizes: list[int], calibration: str | None) -> None:
+    """Refuse sizes whose buffers could not fit this host's memory before any rank starts:
+    every rank is on this host and holds at least the collective's input and output
+    (``calibration``'s sizes: allreduces, among others)."""
+    from ccweave.collectives import Collective, Kind
+
+    ranks = topo.num_ranks
+    _inputs.check_buffers(f"--sizes {args.sizes}", "gloo", ranks, sizes,
+                          lambda size: _inputs.rank_buffer_bytes(collective, size, 4))
+    if calibration is not None:
+        allreduce = Collective(Kind.ALLREDUCE, ranks)
+        _inputs.check_buffers(f"--calibrate-sizes {calibration}", "gloo", ranks,
+                              _inputs.measured_sizes(calibration, "--calibrate-sizes"),
+                              lambda size: _inputs.rank_buffer_bytes(allreduce, size, 4))
 
 
 def _check_testbed(testbed: str) -> None:
@@ -222,7 +331,13 @@ def _check_testbed(testbed: str) -> None:
                          "as it is with --testbed none")
 
 
-def _wrong_code(rows) -> int:
+def _outcome(rows, failed) -> int:
+    """The exit code once everything measured is printed: a failed job is an error
+    (exit 2, one line naming it), wrong elements exit 1."""
+    if failed:
+        jobs = " and ".join(f"the {failure.backend} job" for failure in failed)
+        kept = "what the others measured is above" if rows else "nothing was measured"
+        raise RuntimeFault(f"{jobs} failed ({failed[0].error}); {kept}")
     return 1 if any(row.wrong for row in rows) else 0
 
 
