@@ -225,10 +225,10 @@ def test_a_nan_bandwidth_names_the_file_entry(tmp_path, capsys):
     path.write_text(json.dumps({"ranks": 4, "links": [
         *links, {"src": 0, "dst": 2, "bw_GBps": float("nan"), "duplex": True}]}))
     code, _, err = run(capsys, "topo", "show", str(path))
-    assert code == 2 and f"{path}: links[4]: field 'bw_GBps' is nan" in err
+    assert code == 2 and f"{path}: links[4]: field 'bw_GBps' is NaN" in err
     path.write_text(json.dumps({"ranks": 4, "links": [
         *links, {"src": 0, "dst": 2, "bw_GBps": 1, "alpha_us": 1e999}]}))
-    assert "links[4]: field 'alpha_us' is inf" in run(capsys, "topo", "show", str(path))[2]
+    assert "links[4]: field 'alpha_us' is Infinity" in run(capsys, "topo", "show", str(path))[2]
 
 
 def test_names_with_escape_sequences_print_as_text(tmp_path, capsys):

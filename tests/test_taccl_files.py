@@ -176,6 +176,17 @@ def replace_gpus(p, gpus):
      "remote_alpha and remote_beta together"),
     ({"gpus_per_node": 8, "alpha": 1, "node_betas_list": [1], "links": []}, "'custom'"),
     ({"gpus_per_node": 8, "alpha": 1, "node_betas_list": [1], "beta": 3}, "unknown field"),
+    ({"gpus_per_node": 8, "alpha": 1, "node_betas_list": [1], "remote_alpha": 1,
+      "remote_beta": 1, "remote_invbw": float("inf")}, "remote_invbw must be"),
+    ({"gpus_per_node": 8, "alpha": 1, "node_betas_list": [1],
+      "node_invbws_list": [1, float("nan")]}, "node_invbws_list must be"),
+    ({"gpus_per_node": 8, "alpha": 1, "node_betas_list": [1], "node_invbws_list": "x"},
+     "node_invbws_list must be"),
+    ({"gpus_per_node": 8, "alpha": 1, "node_betas_list": [1e-300]},
+     "node_betas_list[0] gives"),
+    ({"gpus_per_node": 8, "alpha": 1, "node_betas_list": [1], "remote_alpha": 1,
+      "remote_beta": 1e300}, "remote_beta gives"),
+    ({"gpus_per_node": 8, "alpha": 1e300, "node_betas_list": [1]}, "alpha is 1e+300 us"),
 ])
 def test_bad_profiles_are_named(data, text):
     with pytest.raises(InputError, match=r"p\.json") as error:
@@ -210,3 +221,22 @@ def test_cli_takes_taccls_files(tmp_path, capsys, monkeypatch):
     assert main(["topo", "show", str(FIXTURES / "topo" / "topo-ndv2-1MB.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--profile" in err
+
+
+def test_hostile_taccl_files_are_one_line(tmp_path, capsys):
+    """A sketch nested 100,000 deep was a RecursionError traceback; a profile holding
+    ``"remote_invbw": Infinity`` was accepted and synthesized. Both are refused at the
+    reader, naming the file (and the field)."""
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"intranode_sketch": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    infinite = tmp_path / "inf.json"
+    infinite.write_text((FIXTURES / "topo" / "topo-ndv2-1MB.json").read_text().replace(
+        '"remote_invbw": 107', '"remote_invbw": Infinity'))
+    sketch_file = FIXTURES / "sketch" / "sk1-ndv2-n2.json"
+    for flags, named in ((["--sketch", str(deep)], "deep.json: arrays or objects nested"),
+                         (["--sketch", str(sketch_file), "--profile", str(infinite)],
+                          "inf.json: field 'remote_invbw' is Infinity")):
+        code = main(["synth", "ndv2:2", "allgather", "--strategy", "taccl", *flags,
+                     "-o", str(tmp_path / "s.json")])
+        err = capsys.readouterr().err
+        assert code == 2 and named in err and err.count("\n") == 1, err

@@ -83,7 +83,7 @@ def test_bad_fields_are_named(data, field):
 
 
 def test_missing_and_broken_files(tmp_path):
-    with pytest.raises(InputError, match="no such sketch file"):
+    with pytest.raises(InputError, match=r"none\.json: no such file \(give a sketch file"):
         sketch.load(tmp_path / "none.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{")

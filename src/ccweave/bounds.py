@@ -726,7 +726,8 @@ def _max_ratio(graph: _Graph, outside: np.ndarray) -> tuple[float, frozenset[Nod
     for sink in _sink_order(graph, outside, best):
         while True:
             if built != lam:
-                caps = np.minimum(np.ceil(lam * graph.bw * scale), n * scale + 1)
+                with np.errstate(over="ignore"):  # a link 1e12 times the slowest: inf, clipped
+                    caps = np.minimum(np.ceil(lam * graph.bw * scale), n * scale + 1)
                 net.set_capacities(np.concatenate([caps.astype(np.int64), source_caps]))
                 built = lam
             result = net.max_flow(net.source, sink)

@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass
 
 from ccweave.errors import TopologyError
+from ccweave.topology.plausible import check_bandwidth, check_latency
 from ccweave.units import GB_PER_S, US
 
 HOST_GROUP = "host"
@@ -123,6 +124,11 @@ def from_dict(data: object, where: str) -> CostModel:
                                   or (name == "host_GBps" and value == 0)):
             raise TopologyError(f"{where}: cost_model.{name} must be a number "
                                 f"{'> 0' if name == 'host_GBps' else '>= 0'}, got {value!r}")
+    for name, value in (("message_overhead_us", overhead), ("message_latency_us", latency),
+                        ("staging_latency_us", staging)):
+        check_latency(f"{where}: cost_model.{name}", value)
+    if host is not None:
+        check_bandwidth(f"{where}: cost_model.host_GBps", host)
     fifo = data.get("connection_fifo", False)
     if not isinstance(fifo, bool):
         raise TopologyError(f"{where}: cost_model.connection_fifo must be true or false")

@@ -15,6 +15,7 @@ from ccweave.errors import TopologyError
 from ccweave.jsonfile import read_json
 from ccweave.topology import cost, provenance, zoo
 from ccweave.topology.model import Link, NodeKind, Topology
+from ccweave.topology.plausible import check_bandwidth, check_latency
 from ccweave.units import GB_PER_S, US, shown
 
 FORMAT = "ccweave.topology"
@@ -116,6 +117,7 @@ def from_dict(data: object, source: str = "topology") -> Topology:
     if isinstance(local, bool) or not isinstance(local, (int, float)) or not (
             0 < local < math.inf):
         raise TopologyError(f"{source}: field 'local_bw_GBps' must be a positive number")
+    check_bandwidth(f"{source}: field 'local_bw_GBps'", local)
     name = data.get("name", Path(source).stem)
     model = cost.from_dict(data["cost_model"], source) if "cost_model" in data else \
         cost.CostModel()
@@ -160,9 +162,10 @@ def _link(item: object, where: str, ranks: int, fabric: dict) -> list[Link]:
         numbers[field] = value
     if numbers["bw_GBps"] <= 0 or numbers["alpha_us"] < 0 or numbers["count"] < 1:
         raise TopologyError(f"{where}: need bw_GBps > 0, alpha_us >= 0 and count >= 1")
+    check_bandwidth(f"{where}: field 'bw_GBps'" if numbers["count"] == 1 else
+                    f"{where}: bw_GBps x count", numbers["bw_GBps"] * numbers["count"])
+    check_latency(f"{where}: field 'alpha_us'", numbers["alpha_us"])
     bandwidth = numbers["bw_GBps"] * numbers["count"] * GB_PER_S
-    if not math.isfinite(bandwidth):
-        raise TopologyError(f"{where}: bw_GBps x count is too large; give a finite bandwidth")
     duplex = item.get("duplex", False)
     if not isinstance(duplex, bool):
         raise TopologyError(f"{where}: field 'duplex' must be true or false")

@@ -76,12 +76,15 @@ class Network:
 
 
 def from_topology(topology: Topology, units_per_byte_per_s: float) -> Network:
-    """Every link as an arc of ``floor(bandwidth * units_per_byte_per_s)`` units."""
+    """Every link as an arc of ``floor(bandwidth * units_per_byte_per_s)`` units, at most
+    :data:`BIG`: more than all the units there are is uncut either way, and links a
+    trillion times faster than the slowest (whose rate sets the time) would overflow the
+    flows' integers."""
     index = topology.node_index
     net = Network(topology.num_ranks, topology.nodes)
     for link in topology.links:
-        units = int(np.floor(link.bandwidth * units_per_byte_per_s * (1 + 1e-12)))
-        net.add((index[link.src], index[link.dst], ()), units)
+        units = min(link.bandwidth * units_per_byte_per_s * (1 + 1e-12), BIG)
+        net.add((index[link.src], index[link.dst], ()), int(units))
     return net
 
 

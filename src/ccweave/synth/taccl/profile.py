@@ -26,6 +26,8 @@ from pathlib import Path
 from ccweave.errors import InputError
 from ccweave.jsonfile import read_json
 from ccweave.topology.model import Link, NodeKind, Topology
+from ccweave.topology.plausible import MAX_ALPHA_US, PLAUSIBLE_GBPS
+from ccweave.units import GB_PER_S, shown
 
 US = 1e-6
 DEFAULT_CHUNK_BYTES = 2**20
@@ -105,25 +107,68 @@ def from_dict(data: object, source: str, chunk_bytes: float = DEFAULT_CHUNK_BYTE
     nics = data.get("nics_per_node")
     if nics is not None and (isinstance(nics, bool) or not isinstance(nics, int) or nics < 1):
         raise InputError(f"{source}: nics_per_node must be a positive integer, got {nics!r}")
-    betas = data.get("node_betas_list")
-    if not isinstance(betas, list) or not betas or any(
-            isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b)
-            or b <= 0 for b in betas):
-        raise InputError(f"{source}: node_betas_list must be a non-empty list of positive "
-                         f"numbers (one beta per intranode link class), got {betas!r}")
+    betas = _positive_list(data, "node_betas_list", source, required=True)
+    _positive_list(data, "node_invbws_list", source)  # TACCL's MILP reads them; checked only
     unit = US / scale
     alpha = number("alpha")
     remote_alpha = number("remote_alpha", required=False)
     remote_beta = number("remote_beta", required=False, positive=True)
+    number("remote_invbw", required=False, positive=True)  # as node_invbws_list
     if (remote_alpha is None) != (remote_beta is None):
         raise InputError(f"{source}: give remote_alpha and remote_beta together (a remote "
                          "send's latency and the time of one chunk)")
     name = data.get("name", Path(source).stem)
+    def bandwidth(beta: float) -> float:  # bytes/second; a beta of 1e-320 us is no time
+        seconds = beta * unit
+        return chunk_bytes / seconds if seconds > 0 else math.inf
+
+    bandwidths = {f"node_betas_list[{k}]": bandwidth(b) for k, b in enumerate(betas)}
+    if remote_beta is not None:
+        bandwidths["remote_beta"] = bandwidth(remote_beta)
+    for field, bandwidth in bandwidths.items():
+        _plausible(source, field, bandwidth, chunk_bytes, scale)
+    _plausible_latency(source, "alpha", alpha * unit)  # type: ignore[operator]
+    if remote_alpha is not None:
+        _plausible_latency(source, "remote_alpha", remote_alpha * unit)
     return Profile(str(name), gpus, nics, alpha * unit,  # type: ignore[operator]
-                   tuple(chunk_bytes / (b * unit) for b in sorted(betas)),
+                   tuple(sorted((bandwidths[f"node_betas_list[{k}]"]
+                                 for k in range(len(betas))), reverse=True)),
                    None if remote_alpha is None else remote_alpha * unit,
-                   None if remote_beta is None else chunk_bytes / (remote_beta * unit),
-                   source)
+                   bandwidths.get("remote_beta"), source)
+
+
+def _positive_list(data: Mapping, field: str, source: str,
+                   required: bool = False) -> list[float]:
+    """``data[field]``, a non-empty list of positive finite numbers (one per link class)."""
+    values = data.get(field)
+    if values is None and not required:
+        return []
+    if not isinstance(values, list) or not values or any(
+            isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b)
+            or b <= 0 for b in values):
+        raise InputError(f"{source}: {field} must be a non-empty list of positive numbers "
+                         f"(one per intranode link class), got {shown(values)}")
+    return values
+
+
+def _plausible(source: str, field: str, bandwidth: float, chunk_bytes: float,
+               scale: float) -> None:
+    """A beta whose bandwidth no real link has (:mod:`ccweave.topology.plausible`) is
+    refused."""
+    low, high = (gbps * GB_PER_S for gbps in PLAUSIBLE_GBPS)
+    if not low <= bandwidth <= high:
+        raise InputError(f"{source}: {field} gives {bandwidth / GB_PER_S:.3g} GB/s for "
+                         f"{chunk_bytes:g}-byte chunks at scale {scale:g}, outside "
+                         f"{PLAUSIBLE_GBPS[0]:g}..{PLAUSIBLE_GBPS[1]:g} GB/s where every real "
+                         "link lies; give the beta in microseconds per chunk (times the "
+                         "profile's scale)")
+
+
+def _plausible_latency(source: str, field: str, seconds: float) -> None:
+    if seconds > MAX_ALPHA_US * US:
+        raise InputError(f"{source}: {field} is {seconds / US:.3g} us, over the "
+                         f"{MAX_ALPHA_US:g} us no real link takes; give microseconds (times "
+                         "the profile's scale)")
 
 
 def apply(profile: Profile, topology: Topology) -> Topology:

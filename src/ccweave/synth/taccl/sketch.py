@@ -10,12 +10,12 @@ Every error names the file and the field.
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ccweave.errors import InputError
+from ccweave.jsonfile import read_json
 
 MAX_CHUNKUP = 64
 """Largest ``input_chunkup``: beyond it the solver stages grow without a useful gain."""
@@ -152,13 +152,8 @@ _INTER_FIELDS = {"strategy", "connections", "senders", "receivers", "carries",
 
 def load(path: str | Path) -> Sketch:
     """Read a sketch JSON file; errors name the file and the field."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such sketch file (examples/sketches/ has some)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: not valid JSON ({error})") from None
+    data = read_json(path, "give a sketch file: a ccweave sketch (docs/sketches.md) or TACCL's "
+                           "own; examples/sketches/ has some")
     return from_dict(data, str(path))
 
 
