@@ -19,9 +19,9 @@ from hypothesis import given, settings
 
 from ccweave.errors import InputError
 from ccweave.profile import Profile, flat
-from ccweave.testbed import Testbed, clear_leftovers, emulate, run_ranks, unavailable_reason
-from ccweave.testbed.emulation import HOST_QUEUE_S, QUEUE_S, Emulation, scale_for
-from ccweave.testbed.netns import CONGESTION_CONTROL, PREFIX, _tbf
+from ccweave.testbed import Testbed, clear_testbeds, emulate, run_ranks, unavailable_reason
+from ccweave.testbed.emulation import HOST_QUEUE_S, PREFIX, QUEUE_S, Emulation, scale_for
+from ccweave.testbed.netns import CONGESTION_CONTROL, _tbf
 from ccweave.topology import io as topology_io
 from ccweave.topology.model import Link, NodeKind, Topology
 from tests.strategies import topologies
@@ -240,14 +240,17 @@ def test_a_collective_runs_on_a_3_rank_testbed_with_no_wrong_element_and_no_left
 
 
 @needs_netns
-def test_down_clears_what_a_killed_process_left():
+def test_clearing_a_tag_removes_that_testbed_whoever_runs_it():
     emulation = emulate(star([100, 100]), tag="tst2", subnet=203)
     bed = Testbed(emulation)
-    bed.__enter__()  # as if the process died before __exit__
-    assert set(emulation.namespaces) <= namespaces()
-    spaces, _ = clear_leftovers(emulation.tag)
-    assert spaces == len(emulation.namespaces)
-    assert not set(emulation.namespaces) & namespaces()
+    bed.__enter__()  # still held by this process
+    try:
+        assert set(emulation.namespaces) <= namespaces()
+        done = clear_testbeds(emulation.tag)
+        assert done.namespaces == len(emulation.namespaces)
+        assert not set(emulation.namespaces) & namespaces()
+    finally:
+        bed.close()
 
 
 def kill_processes_with(marker: str) -> None:
@@ -282,9 +285,8 @@ def processes_with(marker: str) -> list[int]:
 
 @needs_netns
 def test_ccweave_ranks_do_not_outlive_a_killed_launcher(tmp_path):
-    """A launcher killed outright (SIGKILL: no clean-up runs) takes its ranks with it;
-    its namespaces are left for ``down``. (A killed ``ccweave bench`` once left 8 ranks
-    running for minutes.)"""
+    """A launcher killed outright (SIGKILL: no clean-up runs) takes its ranks with it.
+    (A killed ``ccweave bench`` once left 8 ranks running for minutes.)"""
     marker = f"ccweave-orphan-check-{os.getpid()}"
     rank = ("from ccweave.runtime.launch import die_with_parent; import time; "
             f"die_with_parent(); time.sleep(60)  # {marker}")
@@ -309,7 +311,7 @@ def test_ccweave_ranks_do_not_outlive_a_killed_launcher(tmp_path):
     finally:
         proc.kill()
         kill_processes_with(marker)
-        clear_leftovers("tst5")
+        clear_testbeds("tst5")
 
 
 @needs_netns
@@ -366,7 +368,7 @@ def test_closing_a_testbed_stops_what_still_runs_in_its_namespaces():
     finally:
         bed.close()
         kill_processes_with(marker)
-        clear_leftovers("tst7")
+        clear_testbeds("tst7")
 
 
 @needs_netns

@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"ccweave: {printable(error)}")
         return 128 + error.signal_number
     except CCWeaveError as error:
-        say(f"ccweave: error: {printable(error)}")
+        say("\n".join([f"ccweave: error: {printable(error)}",
+                       *(f"  {printable(line)}" for line in error.details)]))
         return 2
     except KeyboardInterrupt:
         say("ccweave: interrupted")

@@ -37,7 +37,10 @@ def say(line: str) -> None:
 
 
 class CCWeaveError(Exception):
-    """Base of every error ccweave raises on purpose."""
+    """Base of every error ccweave raises on purpose. ``details``: lines the CLI prints
+    after the one-line message (the last lines of a rank that died), each as a line."""
+
+    details: tuple[str, ...] = ()
 
 
 class InputError(CCWeaveError, ValueError):
@@ -68,6 +71,10 @@ class SolverError(CCWeaveError):
 
 class RuntimeFault(CCWeaveError):
     """Executing a schedule failed: a peer died, world size mismatch, a timeout."""
+
+    def __init__(self, message: str, details: tuple[str, ...] | list[str] = ()) -> None:
+        super().__init__(message)
+        self.details = tuple(details)
 
 
 class Interrupted(CCWeaveError):

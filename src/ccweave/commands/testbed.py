@@ -5,13 +5,11 @@ routes. ``run`` starts a command as every rank (as torchrun would, or under mpir
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
+import time
 
-from ccweave import outfile
 from ccweave.commands import _inputs, _output
-from ccweave.errors import InputError
+from ccweave.errors import InputError, printable, say
 
 ORDER = 86
 
@@ -31,45 +29,96 @@ def add_parser(subparsers) -> None:
                     "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (as torchrun sets them) and "
                     "GLOO_SOCKET_IFNAME; or under mpirun (--backend mpi). Example: "
                     "ccweave testbed run rail.json -- ccweave run rail.json allreduce")
-    down = actions.add_parser("down", help="remove a testbed (every leftover without TOPO)")
+    down = actions.add_parser(
+        "down", help="remove a testbed (without TOPO: every one whose maker has ended)",
+        description="Remove the testbed `up TOPO` left standing; without TOPO, every "
+                    "testbed ccweave made (its marker or record proves it) whose maker has "
+                    "ended. Names that only look like a testbed's, and testbeds a running "
+                    "process still uses, are left alone and listed.")
     for sub in (up, show, run):
         sub.add_argument("topology", help=_inputs.TOPO_HELP)
-        sub.add_argument("--max-rate", type=float, metavar="MBIT",
-                         help="fastest emulated link in Mbit/s (default 400); faster "
-                              "machines are scaled down")
+        _build_options(sub)
     up.add_argument("--control", action="store_true",
                     help="also an unshaped control bridge (mpirun needs it)")
-    run.add_argument("--backend", default="gloo", choices=("gloo", "mpi"),
-                     help="gloo: torchrun-style environment; mpi: under mpirun")
-    run.add_argument("--timeout", type=float, default=3600.0,
-                     help="seconds before the ranks are stopped (default 3600)")
+    _run_options(run)
     run.add_argument("command", nargs=argparse.REMAINDER,
                      help="the command every rank runs (after --)")
     down.add_argument("topology", nargs="?", help="the topology given to `up`")
     for sub in (up, show, run, down):
         _output.add_json_flag(sub)
         sub.set_defaults(run=_run)
-    run.set_defaults(reparse=run.parse_args)
+    run.set_defaults(reparse=_options_parser().parse_args)
+
+
+def _build_options(parser) -> None:
+    from ccweave.testbed.emulation import DEFAULT_MAX_NAMESPACES
+
+    parser.add_argument("--max-rate", type=float, metavar="MBIT",
+                        help="fastest emulated link in Mbit/s (default 400); faster "
+                             "machines are scaled down")
+    parser.add_argument("--max-namespaces", type=int, default=DEFAULT_MAX_NAMESPACES,
+                        metavar="N", help="refuse a testbed of more namespaces than this "
+                                          f"(default {DEFAULT_MAX_NAMESPACES})")
+
+
+def _run_options(parser) -> None:
+    parser.add_argument("--backend", default="gloo", choices=("gloo", "mpi"),
+                        help="gloo: torchrun-style environment; mpi: under mpirun")
+    parser.add_argument("--timeout", type=float, default=3600.0,
+                        help="seconds before the ranks are stopped (default 3600)")
+
+
+def _options_parser() -> argparse.ArgumentParser:
+    """``testbed run``'s options without the command: options written after TOPO land in
+    the command (argparse's remainder) and are parsed again with this."""
+    parser = argparse.ArgumentParser(prog="ccweave testbed run")
+    parser.add_argument("topology")
+    _build_options(parser)
+    _run_options(parser)
+    _output.add_json_flag(parser)
+    return parser
 
 
 def _run(args) -> int:
     return {"up": _up, "show": _show, "run": _run_command, "down": _down}[args.action](args)
 
 
-def _plan(args, tag: str = "0", subnet: int = 100):
+def _plan(args, tag: str = "0", subnet: int = 100, max_rate: float | None = None):
     from ccweave.testbed.emulation import emulate
 
     topo = _inputs.topology(args.topology)
-    return emulate(topo, max_rate_mbit=_inputs.max_rate(args.max_rate), tag=tag,
+    return emulate(topo, max_rate_mbit=_inputs.max_rate(max_rate or args.max_rate), tag=tag,
                    subnet=subnet)
 
 
 def _fresh_plan(args):
-    from ccweave.testbed.emulation import free_subnet
+    from ccweave.testbed.emulation import MAX_NAMESPACES, free_subnet
     from ccweave.testbed.netns import fresh_tag, host_networks
 
     _require_host()
+    _inputs.count(args.max_namespaces, "--max-namespaces", 2, MAX_NAMESPACES)
     return _plan(args, fresh_tag(), free_subnet(host_networks()))
+
+
+def _testbed(args, emulation, control: bool):
+    from ccweave.testbed import Testbed
+
+    return Testbed(emulation, control=control, max_namespaces=args.max_namespaces,
+                   on_progress=None if args.json else _progress())
+
+
+def _progress():
+    """Prints how far a build has got every 2 s once it has taken 2 s (513 namespaces
+    once took minutes without a word)."""
+    began = time.monotonic()
+    last = [began]
+
+    def show(done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 2.0 or (done == total and last[0] > began):
+            last[0] = now
+            say(f"testbed: {done}/{total} namespaces set up ({now - began:.0f} s)")
+    return show
 
 
 def _require_host() -> None:
@@ -108,28 +157,36 @@ def _show(args) -> int:
     return 0
 
 
-def _state_path(spec: str) -> Path:
-    from ccweave.testbed.netns import STATE_DIR
+def _standing(spec: str):
+    """The record of the testbed `up SPEC` left, or ``None``; unreadable records are
+    named (they are not trusted, and `down` removes them)."""
+    from ccweave.testbed.records import standing_record
 
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in Path(spec).name)
-    return STATE_DIR / f"{safe}.json"
+    record, bad = standing_record(spec)
+    for item in bad:
+        say(f"ccweave: note: skipped the unreadable testbed record {printable(item.path)} "
+            f"({printable(item.reason)}); `ccweave testbed down` removes it")
+    return record
 
 
 def _up(args) -> int:
-    from ccweave.testbed import Testbed
+    from ccweave.testbed.records import check_state_dir
 
-    path = _state_path(args.topology)
-    if path.exists():
-        raise InputError(f"a testbed for {args.topology} is already up (tag "
-                         f"{json.loads(path.read_text())['tag']}); `ccweave testbed down "
-                         f"{args.topology}` first")
+    check_state_dir()
+    record = _standing(args.topology)
+    if record is not None:
+        raise InputError(f"a testbed for {args.topology} is already up (tag {record.tag}); "
+                         f"`ccweave testbed down {args.topology}` first")
     emulation = _fresh_plan(args)
-    bed = Testbed(emulation, control=args.control)
+    bed = _testbed(args, emulation, args.control)
     bed.__enter__()  # stays up: `down` removes it
-    info = _describe(emulation, bed) | {"spec": args.topology, "max_rate": args.max_rate,
-                                        "subnet": emulation.subnet}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    outfile.write_text(path, json.dumps(info))
+    try:
+        info = _describe(emulation, bed) | {"spec": args.topology, "max_rate": args.max_rate,
+                                            "subnet": emulation.subnet}
+        bed.leave_standing(args.topology, info)
+    except BaseException:
+        bed.close()
+        raise
     _print_description(args, emulation, info)
     if not args.json:
         name = _output.plain(args.topology)
@@ -149,43 +206,58 @@ def _run_command(args) -> int:
     if not command:
         raise InputError("ccweave testbed run TOPO -- COMMAND: give the command every rank "
                          "runs after --")
-    path = _state_path(args.topology)
-    if path.exists():
-        state = json.loads(path.read_text())
-        emulation = _plan(args, state["tag"], state["subnet"])
-        bed = Testbed.attach(emulation, state.get("control_subnet"))
+    timeout = _inputs.timeout(args.timeout)
+    record = _standing(args.topology)
+    if record is not None:
+        emulation = _plan(args, record.tag, record.subnet, record.max_rate)
+        bed = Testbed.attach(emulation, record.control_subnet)
         if args.backend == "mpi" and bed.control_subnet is None:
             raise InputError(f"the testbed for {args.topology} was brought up without a "
                              "control bridge; `testbed down` it and `up --control` again")
     else:
-        bed = Testbed(_fresh_plan(args), control=args.backend == "mpi")
+        bed = _testbed(args, _fresh_plan(args), args.backend == "mpi")
     launcher = run_mpi if args.backend == "mpi" else run_ranks
-    with bed:
-        output = launcher(bed, command, module=None, timeout=args.timeout)
-    sys.stdout.write(output if isinstance(output, str) else output[0])
+    with bed:  # rank 0's lines as they come (under mpirun, every rank's); errors apart
+        launcher(bed, command, module=None, timeout=timeout, on_line=_line(sys.stdout),
+                 on_error_line=_line(sys.stderr))
     return 0
 
 
+def _line(stream):
+    def write(line: str) -> None:
+        stream.write(line + "\n")
+        stream.flush()
+    return write
+
+
 def _down(args) -> int:
-    from ccweave.testbed import clear_leftovers
+    from ccweave.testbed import clear_testbeds
 
     _require_host()
     if args.topology:
-        path = _state_path(args.topology)
-        if not path.exists():
+        record = _standing(args.topology)
+        if record is None:
             raise InputError(f"no testbed for {args.topology} is up (`ccweave testbed down` "
-                             "without a topology clears every leftover)")
-        tag = json.loads(path.read_text())["tag"]
-        spaces, links = clear_leftovers(tag)
-        path.unlink()
+                             "without a topology removes every testbed whose maker has "
+                             "ended)")
+        done = clear_testbeds(record.tag)
     else:
-        spaces, links = clear_leftovers()
-        from ccweave.testbed.netns import STATE_DIR
-
-        for state in STATE_DIR.glob("*.json") if STATE_DIR.exists() else []:
-            state.unlink()
+        done = clear_testbeds()
     if args.json:
-        _output.print_json({"namespaces": spaces, "links": links})
-    else:
-        _output.console.print(f"removed {spaces} namespace(s) and {links} link(s)")
+        _output.print_json({
+            "removed": [{"tag": bed.tag, "namespaces": list(bed.namespaces),
+                         "links": list(bed.links)} for bed in done.removed],
+            "left_alone": [{"name": item.name, "why": item.why} for item in done.left_alone],
+            "unreadable_records": [{"path": str(item.path), "why": item.reason}
+                                   for item in done.bad_records],
+            "namespaces": done.namespaces, "links": done.links})
+        return 0
+    _output.console.print(f"removed {done.namespaces} namespace(s) and {done.links} link(s)"
+                          f" of {len(done.removed)} testbed(s)")
+    for item in done.left_alone:
+        _output.console.print(f"left alone: {printable(item.name)}: {printable(item.why)}",
+                              markup=False)
+    for item in done.bad_records:
+        _output.console.print(f"removed the unreadable record {printable(item.path)} "
+                              f"({printable(item.reason)})", markup=False)
     return 0

@@ -39,6 +39,15 @@ MIN_RATE_MBIT = 1.0
 MTU = 9000
 """veth MTU: large frames cut the per-packet CPU cost of forwarding and shaping."""
 MAX_NAMESPACES = 1000
+"""The most namespaces a testbed may ever have (``--max-namespaces`` included)."""
+DEFAULT_MAX_NAMESPACES = 128
+"""Namespaces a testbed may make unless asked for more (``--max-namespaces``): each
+costs the build time of its routes (a star of N ranks has N^2; 257 namespaces took 4 s
+on an idle 2-core host, 513 took minutes on a loaded one), and a rank in each needs a
+process of a few hundred MB."""
+PREFIX = "ccw"
+"""Every namespace and root-namespace device a testbed makes starts with this (a name
+alone proves nothing: see :mod:`ccweave.testbed.records`)."""
 QUEUE_S = 0.1
 """A rank's or a switch's port queues at most this many seconds of its rate. A rank's
 TCP sits on its own queue and backs off when it fills; at a switch TCP sees loss, as on a
@@ -148,10 +157,10 @@ class Emulation:
 
     @cached_property
     def _node_names(self) -> dict[Node, str]:
-        names: dict[Node, str] = {rank: f"ccw{self.tag}r{rank}"
+        names: dict[Node, str] = {rank: f"{PREFIX}{self.tag}r{rank}"
                                   for rank in self.topology.ranks}
         for number, fabric in enumerate(self.topology.fabric):
-            names[fabric] = f"ccw{self.tag}f{number}"
+            names[fabric] = f"{PREFIX}{self.tag}f{number}"
         return names
 
     def namespace(self, node: Node) -> str:

@@ -15,10 +15,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ccweave.errors import RuntimeFault
+from ccweave.runtime import progress
 from ccweave.runtime.job import LAUNCHER_PID
+from ccweave.testbed.guard import Guard
 from ccweave.testbed.netns import Testbed, signals_deferred
 
 MASTER_PORT = 29517
@@ -46,43 +49,109 @@ def rank_env(bed: Testbed, extra: Mapping[str, str] | None = None) -> dict[str, 
 
 def run_ranks(bed: Testbed, argv: Sequence[str], *, timeout: float = 300.0,
               module: str | None = "ccweave.cli", script: str | None = None,
-              env: Mapping[str, str] | None = None, on_line: Lines | None = None
-              ) -> list[str]:
+              env: Mapping[str, str] | None = None, on_line: Lines | None = None,
+              on_error_line: Lines | None = None) -> list[str]:
     """Start one rank per emulated rank (``python -m MODULE ARGV``; ``ARGV`` alone when
-    ``module`` and ``script`` are ``None``), wait, and return each rank's output;
-    ``on_line`` sees rank 0's lines as they come.
+    ``module`` and ``script`` are ``None``), wait, and return each rank's standard output;
+    ``on_line`` and ``on_error_line`` see rank 0's output and error lines as they come.
 
-    Raises ``RuntimeFault`` with the failing rank's last lines when one fails (the others
-    are stopped), or when ``timeout`` seconds pass.
+    Raises ``RuntimeFault`` naming the rank that failed first (its exit code or signal)
+    with each failed rank's last lines (the others are stopped), or when ``timeout``
+    seconds pass. The ranks and their folder of logs do not outlive this process, even
+    one killed outright (a guard process removes them).
     """
     count = bed.emulation.topology.num_ranks
     base = rank_env(bed, env)
     command = [*_python(module, script), *argv]
     procs: list[subprocess.Popen] = []
-    with tempfile.TemporaryDirectory(prefix="ccweave-testbed-") as folder:
-        logs = [Path(folder, f"rank{rank}.log") for rank in range(count)]
-        try:
-            for rank in range(count):
-                # ccweave's own ranks die with this process (runtime.launch.die_with_parent):
-                # a launcher killed outright left 8 ranks running in their namespaces
-                rank_env_ = dict(base, RANK=str(rank), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                                 **{LAUNCHER_PID: str(os.getpid())}, **bed.env(rank))
-                # a SIGTERM inside Popen would lose the started rank's pid: held until
-                # the rank is in ``procs``, where the clean-up below finds it
-                with signals_deferred(), open(logs[rank], "w") as log:
-                    procs.append(subprocess.Popen(
-                        bed.command(rank, command), env=rank_env_, stdout=log,
-                        stderr=subprocess.STDOUT, start_new_session=True))
-            _wait(procs, logs[0], timeout, on_line)
-        finally:
-            _stop_all(procs)
-        outputs = [log.read_text(errors="replace") for log in logs]
-    bad = [rank for rank, proc in enumerate(procs) if proc.returncode != 0]
-    if bad:
-        tail = "\n".join(outputs[bad[0]].strip().splitlines()[-8:])
-        raise RuntimeFault(f"testbed rank {bad[0]} ended with code {procs[bad[0]].returncode}"
-                           f" (ranks {bad} failed or were stopped):\n{tail}")
+    guard = Guard()
+    folder = tempfile.mkdtemp(prefix="ccweave-testbed-")
+    guard.watch("paths", [folder])
+    guard.watch("ranks_in", [bed.emulation.namespace(rank) for rank in range(count)])
+    logs = [_Logs(Path(folder), f"rank{rank}") for rank in range(count)]
+    records = Path(folder, "progress")
+    records.mkdir()
+    watchdog = progress.Watchdog(records, count,
+                                 lambda: {rank: proc.pid for rank, proc in enumerate(procs)})
+    try:
+        for rank in range(count):
+            rank_env_ = dict(base, RANK=str(rank), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                             **{LAUNCHER_PID: str(os.getpid()),
+                                progress.ENV: progress.folder_for_ranks(records)},
+                             **bed.env(rank))
+            # a SIGTERM inside Popen would lose the started rank's pid: held until the
+            # rank is in ``procs`` (and its group with the guard), where clean-up finds it
+            with signals_deferred(), logs[rank].open() as (out, err):
+                procs.append(subprocess.Popen(
+                    bed.command(rank, command), env=rank_env_, stdout=out, stderr=err,
+                    start_new_session=True))
+                guard.watch("groups", [procs[-1].pid])
+        ended = _wait(procs, logs[0], timeout, on_line, on_error_line, watchdog)
+    finally:
+        _stop_all(procs)
+        outputs = [log.read("out") for log in logs]
+        errors = [log.read("err") for log in logs]
+        shutil.rmtree(folder, ignore_errors=True)
+        guard.close()
+    failed = [(rank, code) for rank, code in ended.order if code != 0]
+    if failed:
+        raise _failure("testbed", failed, procs, outputs, errors, ended.diagnosis)
     return outputs
+
+
+class _Logs:
+    """Where one process's standard output and error go: two files in the job's folder
+    (torch's c10d warnings on stderr stay out of what a rank prints)."""
+
+    def __init__(self, folder: Path, name: str) -> None:
+        self.out = folder / f"{name}.out"
+        self.err = folder / f"{name}.err"
+
+    @contextlib.contextmanager
+    def open(self):
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            yield out, err
+
+    def read(self, which: str) -> str:
+        with contextlib.suppress(OSError):
+            return getattr(self, which).read_text(errors="replace")
+        return ""
+
+
+def _failure(what: str, failed: Sequence[tuple[int, int]], procs: Sequence[subprocess.Popen],
+             outputs: Sequence[str], errors: Sequence[str], diagnosis: str | None = None,
+             lines: int = 8) -> RuntimeFault:
+    """The first failure named (``failed`` is in the order the ranks ended) after what
+    the progress records said (``diagnosis``), then each failed rank's last lines."""
+    first_rank, first_code = failed[0]
+    summary = f"{what} {_how(f'rank {first_rank}', first_code)} first"
+    after = [_how(f"rank {rank}", code) for rank, code in failed[1:]]
+    stopped = [rank for rank, proc in enumerate(procs)
+               if rank not in {r for r, _ in failed} and proc.returncode not in (0, None)]
+    if after:
+        summary += "; then " + ", ".join(after)
+    if stopped:
+        summary += f"; rank(s) {', '.join(map(str, stopped))} were stopped by the launcher"
+    if diagnosis:
+        summary = f"{diagnosis}; {summary}"
+    details = []
+    for rank, _ in failed:
+        text = (errors[rank].strip() or outputs[rank].strip()).splitlines()[-lines:]
+        if text:
+            details.append(f"rank {rank}'s last lines:")
+            details += [f"  {line}" for line in text]
+    return RuntimeFault(summary, details)
+
+
+def _how(who: str, code: int) -> str:
+    """``rank 2 was killed by SIGKILL`` or ``rank 0 exited with code 2``."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"{who} was killed by {name}"
+    return f"{who} exited with code {code}"
 
 
 def mpirun_command(bed: Testbed, argv: Sequence[str], *, module: str | None = "ccweave.cli",
@@ -104,13 +173,23 @@ def mpirun_command(bed: Testbed, argv: Sequence[str], *, module: str | None = "c
 
 def run_mpi(bed: Testbed, argv: Sequence[str], *, timeout: float = 300.0,
             module: str | None = "ccweave.cli", script: str | None = None,
-            env: Mapping[str, str] | None = None, on_line: Lines | None = None) -> str:
-    """Run the job under ``mpirun`` on the testbed; returns its output (rank 0's lines go
-    to ``on_line`` too, as ``mpirun`` forwards them)."""
+            env: Mapping[str, str] | None = None, on_line: Lines | None = None,
+            on_error_line: Lines | None = None) -> str:
+    """Run the job under ``mpirun`` on the testbed; returns its standard output (the
+    ranks' lines as ``mpirun`` forwards them go to ``on_line`` and ``on_error_line`` as
+    they come). Neither ``mpirun`` nor its folder outlives this process."""
     if shutil.which("mpirun") is None:
         raise RuntimeFault("mpirun is not on PATH; install Open MPI (Debian: openmpi-bin)")
     emu = bed.emulation
-    with tempfile.TemporaryDirectory(prefix="ccweave-testbed-") as folder:
+    guard = Guard()
+    folder = tempfile.mkdtemp(prefix="ccweave-testbed-")
+    guard.watch("paths", [folder])
+    guard.watch("ranks_in", [emu.namespace(rank) for rank in emu.topology.ranks])
+    logs = _Logs(Path(folder), "mpirun")
+    records = Path(folder, "progress")
+    records.mkdir()
+    proc = None
+    try:
         wrapper = Path(folder, "in-namespace")
         cases = "\n".join(f"  {rank}) ns={emu.namespace(rank)} dev={emu.data_device(rank)} ;;"
                           for rank in emu.topology.ranks)
@@ -122,47 +201,89 @@ def run_mpi(bed: Testbed, argv: Sequence[str], *, timeout: float = 300.0,
         run_env = rank_env(bed, env)
         for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
             run_env.pop(key, None)
-        run_env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        run_env.update({progress.ENV: progress.folder_for_ranks(records),
+                        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
                         "PMIX_MCA_ptl_tcp_if_include": bed.bridge,
                         "PMIX_MCA_ptl_tcp_remote_connections": "1"})
-        log = Path(folder, "mpirun.log")
-        with open(log, "w") as out:
+        with signals_deferred(), logs.open() as (out, err):
             proc = subprocess.Popen(mpirun_command(bed, argv, module=module, script=script,
                                                    wrapper=str(wrapper)),
-                                    env=run_env, stdout=out, stderr=subprocess.STDOUT,
+                                    env=run_env, stdout=out, stderr=err,
                                     start_new_session=True)
-        try:
-            _wait([proc], log, timeout, on_line)
-        finally:
+            guard.watch("groups", [proc.pid])
+        ended = _wait([proc], logs, timeout, on_line, on_error_line,
+                      progress.Watchdog(records, emu.topology.num_ranks))
+    finally:
+        if proc is not None:
             _stop_all([proc])
-        output = log.read_text(errors="replace")
+        output, errors = logs.read("out"), logs.read("err")
+        shutil.rmtree(folder, ignore_errors=True)
+        guard.close()
     if proc.returncode != 0:
-        tail = "\n".join(output.strip().splitlines()[-10:])
-        raise RuntimeFault(f"mpirun on the testbed ended with code {proc.returncode}:\n{tail}")
+        tail = (errors.strip() or output.strip()).splitlines()[-10:]
+        named = f"{ended.diagnosis}; " if ended.diagnosis else ""
+        raise RuntimeFault(named + _how("mpirun on the testbed", proc.returncode)
+                           + "; its last lines:", tail)
     return output
 
 
-def _wait(procs: Sequence[subprocess.Popen], watched: Path, timeout: float,
-          on_line: Lines | None) -> None:
-    """Until every process ends, one fails, or ``timeout`` passes; feeds ``watched``'s new
-    lines to ``on_line``."""
+@dataclass
+class _Ended:
+    """How a job's processes ended: ``(index, exit code)`` in the order they did, and what
+    the ranks' progress records said when the first failed or the job hung."""
+
+    order: list[tuple[int, int]] = field(default_factory=list)
+    diagnosis: str | None = None
+
+
+def _wait(procs: Sequence[subprocess.Popen], watched: _Logs, timeout: float,
+          on_line: Lines | None, on_error_line: Lines | None = None,
+          watchdog: progress.Watchdog | None = None) -> _Ended:
+    """Until every process ends, one fails (then the others get a second to name the
+    cause, none when the rank holding them up is stopped), or ``timeout`` passes, or the
+    ranks' records show no progress past their own timeout; feeds ``watched``'s new
+    lines to ``on_line`` and ``on_error_line``."""
     deadline = time.monotonic() + timeout
     stop = threading.Event()
-    reader = None
-    if on_line is not None:
-        reader = threading.Thread(target=_follow, args=(watched, on_line, stop), daemon=True)
+    readers = [threading.Thread(target=_follow, args=(path, take, stop), daemon=True)
+               for path, take in ((watched.out, on_line), (watched.err, on_error_line))
+               if take is not None]
+    for reader in readers:
         reader.start()
+    ended = _Ended()
+    failed_at = None
+    grace = 1.0
     try:
-        while any(proc.poll() is None for proc in procs):
-            if any(proc.poll() not in (None, 0) for proc in procs):
-                time.sleep(1.0)  # the others may still name the cause
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeFault(f"the testbed job ran past {timeout:g} s and was stopped")
+        while True:
+            for index, proc in enumerate(procs):
+                code = proc.poll()
+                if code is not None and index not in {i for i, _ in ended.order}:
+                    ended.order.append((index, code))
+            now = time.monotonic()
+            if len(ended.order) == len(procs):
+                return ended
+            if failed_at is None and any(code != 0 for _, code in ended.order):
+                failed_at = now
+                if watchdog is not None:
+                    ended.diagnosis = watchdog.diagnosis()
+                    grace = 0.2 if watchdog.stopped() else grace
+            if failed_at is not None and now - failed_at >= grace:
+                return ended  # the rest are stopped by the caller
+            if failed_at is None and watchdog is not None and watchdog.hung():
+                raise RuntimeFault(f"{watchdog.diagnosis() or 'no rank made progress'}; no "
+                                   "rank made progress for longer than their timeout, and the "
+                                   "launcher stopped the job")
+            if now > deadline:
+                running = [i for i, proc in enumerate(procs) if proc.poll() is None]
+                which = (f"rank(s) {', '.join(map(str, running))} were still running"
+                         if len(procs) > 1 else "it was still running")
+                named = watchdog.diagnosis() if watchdog is not None else None
+                raise RuntimeFault(f"the testbed job ran past {timeout:g} s and was stopped "
+                                   f"({which})" + (f"; {named}" if named else ""))
             time.sleep(0.05)
     finally:
         stop.set()
-        if reader is not None:
+        for reader in readers:
             reader.join(timeout=2.0)
 
 

@@ -2,8 +2,9 @@
 network namespaces, veth pairs, ``tc tbf`` shaping, static routes and neighbours. Needs
 root. ``ip -batch`` and ``tc -batch`` keep a 40-namespace machine to a few seconds.
 
-A testbed is torn down whatever happens (``with Testbed(...)``: errors, Ctrl-C);
-:func:`clear_leftovers` removes what a killed process left (``ccweave testbed down``).
+A testbed is torn down whatever happens (``with Testbed(...)``: errors, Ctrl-C, and a
+SIGKILL through its guard process); :func:`~ccweave.testbed.cleanup.clear_testbeds`
+removes what ``testbed up`` left standing (``ccweave testbed down``).
 """
 
 from __future__ import annotations
@@ -14,19 +15,25 @@ import shutil
 import signal
 import subprocess
 import threading
-import time
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from ccweave.errors import CCWeaveError
-from ccweave.testbed.emulation import MTU, Emulation, Port, free_subnet, rank_address
+from ccweave.errors import CCWeaveError, LimitError
+from ccweave.testbed import records
+from ccweave.testbed.emulation import (
+    DEFAULT_MAX_NAMESPACES,
+    MTU,
+    PREFIX,
+    Emulation,
+    Port,
+    free_subnet,
+    rank_address,
+)
+from ccweave.testbed.guard import Guard, delete
 
-PREFIX = "ccw"
-"""Every namespace and root-namespace device a testbed makes starts with this."""
-STATE_DIR = Path(os.environ.get("CCWEAVE_TESTBED_DIR", "/run/ccweave-testbed"))
-"""Where ``ccweave testbed up`` notes the testbeds it left standing."""
+Progress = Callable[[int, int], None]
 _TCP_IP_HEADERS = 52  # IPv4 20 + TCP 20 + timestamps 12
 _ETHERNET_HEADER = 14
 WIRE_PER_PAYLOAD = (MTU + _ETHERNET_HEADER) / (MTU - _TCP_IP_HEADERS)
@@ -88,17 +95,29 @@ class Testbed:
     control: also join every rank's namespace to an unshaped bridge in the root
         namespace (``10.<control_subnet>.0.0/16``), which ``mpirun``'s runtime needs to
         reach its ranks; data still takes the shaped links.
+    max_namespaces: refuse (before building) a testbed of more namespaces than this.
+    on_progress: hears ``(nodes set up, nodes)`` as the build goes.
+
+    What it makes carries ccweave's marker and is noted in a record before it is made
+    (:mod:`ccweave.testbed.records`); a guard process removes it if this process dies
+    without closing it (:mod:`ccweave.testbed.guard`).
     """
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, emulation: Emulation, *, control: bool = False) -> None:
+    def __init__(self, emulation: Emulation, *, control: bool = False,
+                 max_namespaces: int = DEFAULT_MAX_NAMESPACES,
+                 on_progress: Progress | None = None) -> None:
         self.emulation = emulation
         self.control = control
         self.control_subnet: int | None = None
+        self.max_namespaces = max_namespaces
+        self.on_progress = on_progress
         self._made: list[str] = []
         self._bridge: str | None = None
         self._attached = False
+        self._guard: Guard | None = None
+        self._maker = records.Maker.this_process()
 
     @classmethod
     def attach(cls, emulation: Emulation, control_subnet: int | None = None) -> Testbed:
@@ -112,6 +131,11 @@ class Testbed:
     @property
     def bridge(self) -> str:
         return f"{PREFIX}{self.emulation.tag}br"
+
+    @property
+    def marker(self) -> str:
+        """The alias on everything this testbed makes (:func:`records.marker`)."""
+        return records.marker(self.emulation.tag, self._maker)
 
     def control_address(self, rank: int) -> str:
         assert self.control_subnet is not None
@@ -135,8 +159,19 @@ class Testbed:
         reason = unavailable_reason()
         if reason:
             raise TestbedUnavailable(reason)
+        count = len(self.emulation.namespaces)
+        if count > self.max_namespaces:
+            raise LimitError(
+                f"the testbed of {self.emulation.topology.name!r} needs {count} namespaces, "
+                f"over the limit of {self.max_namespaces} (its build grows with the square "
+                "of its ranks, and each rank is a process); emulate a smaller machine, or "
+                f"raise the limit with --max-namespaces {count}")
+        records.check_state_dir()
         try:
             with signals_deferred():
+                self._guard = Guard()
+                self._made = list(self.emulation.namespaces)
+                self._note()
                 self._build()
         except BaseException:  # a failure, or an interrupt held during the build and
             self.close()       # delivered at its end (the test's SIGTERM once left 3)
@@ -146,24 +181,53 @@ class Testbed:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _links(self) -> list[str]:
+        """The devices this testbed makes in the root namespace."""
+        if not self.control:
+            return []
+        emu = self.emulation
+        return [self.bridge, *(f"{PREFIX}{emu.tag}c{rank}" for rank in emu.topology.ranks)]
+
+    def _note(self, **standing: object) -> None:
+        """Write this testbed's record (before the build: what it will make), and have
+        the guard watch the same."""
+        record = records.Record(tag=self.emulation.tag, maker=self._maker,
+                                namespaces=tuple(self._made), links=tuple(self._links()),
+                                subnet=self.emulation.subnet,
+                                control_subnet=self.control_subnet,
+                                max_rate=self.emulation.max_rate_mbit, **standing)
+        records.write_record(record)
+        if self._guard is not None:
+            self._guard.watch("namespaces", record.namespaces)
+            self._guard.watch("links", record.links)
+            self._guard.watch("paths", [str(records.record_path(record.tag))])
+
+    def leave_standing(self, spec: str, info: dict) -> None:
+        """Keep this testbed after this process ends (``ccweave testbed up``): its record
+        says so, with what ``testbed run SPEC`` needs, and the guard is dismissed."""
+        self._note(standing=True, spec=spec, info=info)
+        if self._guard is not None:
+            self._guard.close()
+            self._guard = None
+        self._made = []
+        self._bridge = None
+
     def close(self) -> None:
-        """Delete every namespace (their veths go with them) and the control bridge;
-        safe to call twice."""
+        """Delete every namespace (their veths go with them), the control bridge and the
+        record; safe to call twice."""
         with signals_deferred():
-            if self._made:
-                stop_processes_in(self._made)
-                _batch(["ip", "-force", "-batch", "-"],
-                       [f"netns del {name}" for name in self._made], check=False)
+            if self._made or self._bridge:
+                delete(self._made, [self._bridge] if self._bridge else [])
+                records.drop_record(self.emulation.tag)
                 self._made.clear()
-            if self._bridge:
-                subprocess.run(["ip", "link", "del", self._bridge], capture_output=True)
                 self._bridge = None
+            if self._guard is not None:
+                self._guard.close()
+                self._guard = None
 
     def _build(self) -> None:
         emu = self.emulation
-        names = emu.namespaces
-        self._made = list(names)
-        _batch(["ip", "-batch", "-"], [f"netns add {name}" for name in names])
+        _batch(["ip", "-batch", "-"], [f"netns add {name}" for name in emu.namespaces])
         links = []
         for wire in emu.wires:
             a, b = wire.a, wire.b
@@ -171,7 +235,8 @@ class Testbed:
                          f"{a.mac} mtu {MTU} type veth peer name {b.device} netns "
                          f"{emu.namespace(b.node)} address {b.mac} mtu {MTU}")
         _batch(["ip", "-batch", "-"], links)
-        per_ns: dict[str, list[str]] = defaultdict(lambda: ["link set lo up"])
+        per_ns: dict[str, list[str]] = defaultdict(
+            lambda: [f"link set lo alias {self.marker}", "link set lo up"])
         shaping: dict[str, list[str]] = defaultdict(list)
         for wire in emu.wires:
             for port in (wire.a, wire.b):
@@ -202,7 +267,10 @@ class Testbed:
             per_ns[ns].append(f"neigh replace {dst} lladdr {mac} dev {device} nud permanent")
         if self.control:
             self._control(per_ns)
-        for node in emu.topology.nodes:
+        nodes = emu.topology.nodes
+        for done, node in enumerate(nodes):
+            if self.on_progress is not None:
+                self.on_progress(done, len(nodes))
             ns = emu.namespace(node)
             forward = "0" if isinstance(node, int) and node not in emu.relays else "1"
             _run(["ip", "netns", "exec", ns, "sh", "-c",
@@ -213,6 +281,8 @@ class Testbed:
             _batch(["ip", "-n", ns, "-batch", "-"], per_ns[ns])
             if shaping[ns]:
                 _batch(["tc", "-n", ns, "-batch", "-"], shaping[ns])
+        if self.on_progress is not None:
+            self.on_progress(len(nodes), len(nodes))
 
     def pin(self, routes) -> None:
         """Make pinned routes ``(src, dst, via)`` real on the standing testbed (those it
@@ -262,6 +332,7 @@ class Testbed:
         self.control_subnet = free_subnet(used)
         self._bridge = self.bridge
         _run(["ip", "link", "add", self.bridge, "type", "bridge"])
+        _run(["ip", "link", "set", self.bridge, "alias", self.marker])
         _run(["ip", "addr", "add", f"10.{self.control_subnet}.255.254/16", "dev", self.bridge])
         _run(["ip", "link", "set", self.bridge, "up"])
         lines = []
@@ -269,6 +340,7 @@ class Testbed:
             outside = f"{PREFIX}{emu.tag}c{rank}"
             lines += [f"link add dev {outside} type veth peer name ctl netns "
                       f"{emu.namespace(rank)}",
+                      f"link set {outside} alias {self.marker}",
                       f"link set {outside} master {self.bridge}", f"link set {outside} up"]
             per_ns[emu.namespace(rank)] += [
                 f"addr add {self.control_address(rank)}/16 dev ctl", "link set ctl up"]
@@ -286,63 +358,20 @@ def _tbf(port: Port) -> str:
 
 
 def fresh_tag() -> str:
-    """Four characters no standing testbed uses (namespace names start ``ccw<tag>``)."""
+    """Four characters no standing testbed and no record uses (namespace names start
+    ``ccw<tag>``)."""
     alphabet = "0123456789abcdefghijklmnopqrstuvwxyz"
-    taken, _ = list_leftovers()
+    spaces, devices = records.host_names(PREFIX)
+    taken = [*spaces, *devices]
+    recorded, _ = records.read_records()
     seed = os.getpid() * 7919 + len(taken)
     for step in range(36**4):
         value = (seed + step * 104729) % 36**4
         tag = "".join(alphabet[value // 36**k % 36] for k in range(4))
-        if not any(name.startswith(PREFIX + tag) for name in taken):
+        if not any(name.startswith(PREFIX + tag) for name in taken) and \
+                not any(record.tag == tag for record in recorded):
             return tag
     raise TestbedUnavailable("no free testbed tag; run `ccweave testbed down`")
-
-
-def list_leftovers(tag: str = "") -> tuple[list[str], list[str]]:
-    """Namespaces and root-namespace links that testbeds made (of testbed ``tag``, or of
-    any testbed), by name prefix."""
-    prefix = PREFIX + tag
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    spaces = [line.split()[0] for line in listed.splitlines()
-              if line.strip().startswith(prefix)]
-    shown = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True)
-    try:
-        links = [item["ifname"] for item in json.loads(shown.stdout or "[]")
-                 if item.get("ifname", "").startswith(prefix)]
-    except json.JSONDecodeError:
-        links = []
-    return spaces, links
-
-
-def clear_leftovers(tag: str = "") -> tuple[int, int]:
-    """Delete testbed ``tag``'s namespaces and root-namespace links (every testbed's when
-    ``tag`` is empty); returns the counts."""
-    spaces, links = list_leftovers(tag)
-    if spaces:
-        stop_processes_in(spaces)
-        _batch(["ip", "-force", "-batch", "-"], [f"netns del {name}" for name in spaces],
-               check=False)
-    for link in links:
-        subprocess.run(["ip", "link", "del", link], capture_output=True)
-    return len(spaces), len(links)
-
-
-def stop_processes_in(spaces: list[str], wait: float = 3.0) -> None:
-    """SIGKILL every process still inside the namespaces ``spaces`` and wait (up to
-    ``wait`` s) until none is: a deleted namespace lives on while a process holds it
-    (a SIGTERM that came while a rank was being started once left that rank running)."""
-    deadline = time.monotonic() + wait
-    while True:
-        listed = subprocess.run(["ip", "-force", "-batch", "-"], capture_output=True,
-                                text=True, input="".join(f"netns pids {name}\n"
-                                                         for name in spaces)).stdout
-        pids = {int(word) for word in listed.split() if word.isdigit()} - {os.getpid()}
-        if not pids or time.monotonic() > deadline:
-            return
-        for pid in pids:
-            with suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.05)
 
 
 @contextmanager
