@@ -240,3 +240,21 @@ def test_the_readers_limits_are_reported_on_import():
     sched = from_xml(text)
     assert any("attributes go on the tag's line" in p
                for p in sched.metadata["msccl_runtime_problems"])
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ((("algo@minBytes", "4096"), ("algo@maxBytes", "1024")),
+     "is 4096, above maxBytes=1024: the algorithm serves no size; give minBytes <= maxBytes"),
+    ((("algo@minBytes", "-1"),), "is -1; a size in bytes is >= 0"),
+    ((("algo@maxBytes", "-5"),), "is -5; a size in bytes is >= 0"),
+    ((("gpu:0/tb:0@chan", "100"),), "is 100; NCCL has channels 0..63"),
+])
+def test_a_range_that_serves_no_size_and_a_channel_nccl_lacks_are_refused(changes, message):
+    """minBytes above maxBytes was only a runtime note: the file imported and verified,
+    and no call would ever select it. Like a channel past NCCL's 64, it is refused."""
+    text = _edit(*changes)
+    assert any(message in str(p) and p.severity is Severity.MALFORMED
+               for p in _problems(text)), _problems(text)
+    with pytest.raises(InputError, match=r"algo\.xml: .*" + message.split(";")[0]):
+        from_xml(text, "algo.xml")
+    assert not _problems(_edit(("algo@minBytes", "1024"), ("algo@maxBytes", "0")))  # 0: none

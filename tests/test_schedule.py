@@ -103,6 +103,49 @@ def test_corrupted_files_are_refused(tmp_path, text, message):
         load(path)
 
 
+def _ring_file(tmp_path, **edits):
+    """A ring allgather's file with ``collective`` fields or transfer 4's row (its first
+    send) changed."""
+    data = to_dict(ring_allgather(4))
+    data["collective"].update(edits.pop("collective", {}))
+    for index, value in edits.pop("row4", {}).items():
+        row = data["transfers"][4]
+        row.extend([None] * (index + 1 - len(row)))
+        row[index] = value
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(("edits", "message"), [
+    ({"row4": {9: -5}}, r"transfers\[4\]: channel -5 is not a channel; channels are 0..63"),
+    ({"row4": {9: 10**6}}, "channel 1000000 is not a channel"),
+    ({"row4": {9: 64}}, "channel 64 is not a channel"),
+    ({"collective": {"root": 99}}, "allgather has no root, but root is 99"),
+    ({"collective": {"kind": "broadcast", "root": 99}}, r"root 99 is not a rank \(0..3\)"),
+    ({"collective": {"kind": "broadcast", "root": -1}}, r"root -1 is not a rank"),
+    ({"collective": {"peer": 2}}, "allgather has no peer"),
+    ({"collective": {"ranks": 4.5}}, "expected an integer"),
+    ({"row4": {10: [""]}}, "names an empty node"),
+    ({"row4": {10: ["nic0", "sw", "nic0"]}}, "passes a node twice"),
+])
+def test_fields_that_name_nothing_are_refused(tmp_path, edits, message):
+    """channel -5 or 1e6, root 99 were read (the root silently as 0): each is refused
+    with the transfer or field, the value and the range."""
+    with pytest.raises(InputError, match=message):
+        load(_ring_file(tmp_path, **edits))
+
+
+def test_a_route_on_a_local_transfer_is_refused(tmp_path):
+    data = to_dict(ring_allgather(4))
+    local = next(i for i, row in enumerate(data["transfers"]) if row[0] == row[1])
+    data["transfers"][local].append(["sw"])
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=rf"transfers\[{local}\]: a local transfer"):
+        load(path)
+
+
 def test_pinned_routes_survive_json():
     b = ScheduleBuilder(Collective(Kind.SENDRECV, 4, 1, root=0, peer=1))
     b.add(0, 1, I, 0, O, 0, 2)

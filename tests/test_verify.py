@@ -351,6 +351,43 @@ def test_missing_output():
                                "needs {(1, 0)}")
 
 
+@pytest.mark.parametrize("channel", [-5, 64, 10**6])
+def test_a_channel_nccl_lacks_is_malformed(channel):
+    schedule = two_rank_allgather()
+    bad = replace(schedule.transfers[2], channel=channel)
+    schedule = replace(schedule, transfers=(*schedule.transfers[:2], bad,
+                                            *schedule.transfers[3:]))
+    problem = first(schedule)
+    assert problem.kind is ProblemKind.BAD_CHANNEL and problem.transfer == 2
+    assert f"on channel {channel}; channels are 0..63" in problem.message
+    assert check(schedule).malformed
+
+
+def test_cli_checks_pinned_routes_on_the_machine_the_schedule_names(tmp_path, capsys):
+    """A ``via`` naming an unknown node was proven without --topology: the routes are
+    checked on the schedule's own machine (its metadata), or said to be unchecked."""
+    import json
+
+    from ccweave.cli import main
+    from ccweave.schedule import save
+    from ccweave.synth import synthesize
+    from ccweave.topology import zoo
+
+    schedule = synthesize(zoo.get("switch:4"), "allgather", "direct")
+    bad = replace(schedule.transfers[-1], via=("nosuch",))
+    path = tmp_path / "s.json"
+    save(replace(schedule, transfers=(*schedule.transfers[:-1], bad)), path)
+    assert main(["verify", str(path)]) == 1
+    assert "'nosuch' is not a fabric node of 'switch:4'" in capsys.readouterr().out
+    data = json.loads(path.read_text())
+    del data["metadata"]["topology"]
+    path.write_text(json.dumps(data))
+    assert main(["verify", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 pinned route(s) NOT checked (it names no machine); give --topology" in out
+    assert main(["verify", str(path), "--topology", "switch:4"]) == 1
+
+
 def test_no_route_only_with_a_topology():
     one_way = Topology("one-way", 2, (Link(0, 1, 50e9),))
     schedule = two_rank_allgather()

@@ -397,6 +397,9 @@ _transfer: Callable[..., Transfer] = _NewTransfer  # type: ignore[assignment]
 
 FORMAT = "ccweave.schedule"
 VERSION = 1
+MAX_CHANNELS = 64
+"""Channels a schedule file may use (0..63): NCCL's MAXCHANNELS. The strategies use at
+most 32; MSCCL's runtime takes 32 (its XML export checks that)."""
 _BUFFER_CODE = {Buffer.INPUT: "i", Buffer.OUTPUT: "o", Buffer.SCRATCH: "s"}
 _CODE_BUFFER = {code: buffer for buffer, code in _BUFFER_CODE.items()}
 _OP_CODE = {Op.COPY: "c", Op.REDUCE: "r"}
@@ -445,9 +448,11 @@ def from_dict(data: object, source: str = "schedule") -> Schedule:
                          f"supported (this ccweave reads version {VERSION})")
     try:
         coll = data["collective"]
-        collective = Collective(Kind.parse(coll["kind"]), int(coll["ranks"]),
-                                int(coll.get("chunks_per_rank", 1)), int(coll.get("root", 0)),
-                                int(coll.get("peer", 0)))
+        kind = Kind.parse(coll["kind"])
+        ranks = _int(coll["ranks"])
+        root, peer = _int(coll.get("root", 0)), _int(coll.get("peer", 0))
+        _check_root(kind, ranks, root, peer)
+        collective = Collective(kind, ranks, _int(coll.get("chunks_per_rank", 1)), root, peer)
         rows = data["transfers"]
         if not isinstance(rows, list):
             raise TypeError("transfers must be a list")
@@ -470,6 +475,9 @@ def from_dict(data: object, source: str = "schedule") -> Schedule:
                                       _CODE_BUFFER[dbuf], _int(didx), _int(count), _CODE_OP[op],
                                       tuple(_int(d) for d in deps), _int(channel),
                                       tuple(via[0]) if via else None))
+            _check_row(transfers[-1], f"{source}: transfers[{number}]")
+        except InputError:
+            raise
         except (KeyError, TypeError, ValueError, IndexError):
             fields = ", ".join(TRANSFER_FIELDS[:10]) if order is None else ", ".join(
                 data["transfer_fields"])
@@ -487,6 +495,38 @@ def from_dict(data: object, source: str = "schedule") -> Schedule:
                         str(data.get("name", "")), metadata if isinstance(metadata, dict) else {})
     except InputError as error:
         raise type(error)(f"{source}: {error}") from None
+
+
+def _check_root(kind: Kind, ranks: int, root: int, peer: int) -> None:
+    """A root and peer that are ranks, given only where the collective has them (the file
+    says ``root: 99``: silently reading it as 0 hid a broken file)."""
+    if kind.is_rooted and not 0 <= root < ranks:
+        raise InputError(f"root {root} is not a rank (0..{ranks - 1}); give the rank that "
+                         f"{'sends' if kind is Kind.SENDRECV else 'is the root'}")
+    if not kind.is_rooted and root != 0:
+        raise InputError(f"{kind.value} has no root, but root is {root}; leave 'root' out "
+                         "(or 0)")
+    if kind is not Kind.SENDRECV and peer != 0:
+        raise InputError(f"{kind.value} has no peer, but peer is {peer}; leave 'peer' out "
+                         "(only sendrecv has one)")
+
+
+def _check_row(t: Transfer, where: str) -> None:
+    """What a transfer row must hold beyond its types: a channel NCCL has (0 ..
+    :data:`MAX_CHANNELS` - 1) and a route of distinct fabric node names."""
+    if not 0 <= t.channel < MAX_CHANNELS:
+        raise InputError(f"{where}: channel {t.channel} is not a channel; channels are "
+                         f"0..{MAX_CHANNELS - 1} (NCCL's MAXCHANNELS)")
+    if t.via is not None:
+        if not all(t.via):
+            raise InputError(f"{where}: via {shown(list(t.via), 80)} names an empty node; "
+                             "name the fabric nodes the route passes, in order")
+        if len(set(t.via)) != len(t.via):
+            raise InputError(f"{where}: via {shown(list(t.via), 80)} passes a node twice; a "
+                             "route visits each fabric node once")
+        if t.src == t.dst:
+            raise InputError(f"{where}: a local transfer (src == dst == {t.src}) has no route; "
+                             "drop its via")
 
 
 TRANSFER_FIELDS = ("src", "dst", "src_buffer", "src_index", "dst_buffer", "dst_index",

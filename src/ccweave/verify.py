@@ -15,7 +15,7 @@ from numbers import Integral
 
 from ccweave.collectives import Buffer
 from ccweave.errors import InputError, TopologyError, VerificationError
-from ccweave.schedule import Op, Schedule, Transfer, topological_order
+from ccweave.schedule import MAX_CHANNELS, Op, Schedule, Transfer, topological_order
 from ccweave.topology.model import Topology
 
 MAX_PROBLEMS = 20
@@ -35,6 +35,7 @@ class ProblemKind(str, enum.Enum):
     OUT_OF_RANGE = "out_of_range"
     BAD_RANK = "bad_rank"
     BAD_COUNT = "bad_count"
+    BAD_CHANNEL = "bad_channel"
     DANGLING_DEP = "dangling_dep"
     CYCLE = "cycle"
     UNDEFINED_READ = "undefined_read"
@@ -49,7 +50,8 @@ class ProblemKind(str, enum.Enum):
 
 
 _MALFORMED = frozenset({ProblemKind.OUT_OF_RANGE, ProblemKind.BAD_RANK, ProblemKind.BAD_COUNT,
-                        ProblemKind.DANGLING_DEP, ProblemKind.CYCLE, ProblemKind.NO_ROUTE})
+                        ProblemKind.BAD_CHANNEL, ProblemKind.DANGLING_DEP, ProblemKind.CYCLE,
+                        ProblemKind.NO_ROUTE})
 
 
 @dataclass(frozen=True)
@@ -210,6 +212,7 @@ def _well_formed(t: Transfer, n: int, sizes: dict[Buffer, int], total: int) -> b
                 and t.src_index >= 0 and t.src_index + t.count <= sizes[t.src_buffer]
                 and t.dst_index >= 0 and t.dst_index + t.count <= sizes[t.dst_buffer]
                 and (not t.deps or (min(t.deps) >= 0 and max(t.deps) < total))
+                and type(t.channel) is int and 0 <= t.channel < MAX_CHANNELS
                 and type(t.src) is type(t.dst) is type(t.count) is int
                 and type(t.src_index) is type(t.dst_index) is int
                 and all(type(dep) is int for dep in t.deps))
@@ -231,6 +234,10 @@ def _explain_transfer(schedule: Schedule, index: int, t: Transfer, report: _Repo
     else:
         _check_range(schedule, index, t, "reads", t.src, t.src_buffer, t.src_index, report)
         _check_range(schedule, index, t, "writes", t.dst, t.dst_buffer, t.dst_index, report)
+    if not (_integer(t.channel) and 0 <= t.channel < MAX_CHANNELS):
+        report.add(ProblemKind.BAD_CHANNEL, f"{_name(index, transfers)} is on channel "
+                   f"{t.channel!r}; channels are 0..{MAX_CHANNELS - 1} (NCCL's MAXCHANNELS)",
+                   index, t.dst)
     for dep in t.deps:
         if not (_integer(dep) and 0 <= dep < len(transfers)):
             report.add(ProblemKind.DANGLING_DEP,

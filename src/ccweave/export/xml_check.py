@@ -20,6 +20,7 @@ from ccweave.export import msccl_spec as spec
 from ccweave.export.problems import Severity, XmlProblem, where
 from ccweave.export.xml_graph import AlgoGraph, build_graph
 from ccweave.export.xml_model import AlgoXml, GpuXml, StepXml, TbXml, parse_algo
+from ccweave.schedule import MAX_CHANNELS
 
 RUNTIME = Severity.RUNTIME
 
@@ -134,12 +135,14 @@ def _algo_rules(algo: AlgoXml, runtime: spec.Runtime | None,
                 problems.append(XmlProblem("algo", "is missing; the Azure executor requires "
                                            "it", attr, RUNTIME))
     low, high = algo.min_bytes, algo.max_bytes
-    if (low is not None and low < 0) or (high is not None and high < 0):
-        problems.append(XmlProblem("algo", "minBytes and maxBytes must be >= 0", "minBytes",
-                                   RUNTIME))
-    elif low is not None and high is not None and high and low > high:
-        problems.append(XmlProblem("algo", f"minBytes={low} exceeds maxBytes={high}",
-                                   "minBytes", RUNTIME))
+    for attr, value in (("minBytes", low), ("maxBytes", high)):
+        if value is not None and value < 0:
+            problems.append(XmlProblem("algo", f"is {value}; a size in bytes is >= 0 (the "
+                                       "runtime compares it with each call's size)", attr))
+    if low is not None and high is not None and high and low > high:
+        problems.append(XmlProblem("algo", f"is {low}, above maxBytes={high}: the algorithm "
+                                   "serves no size; give minBytes <= maxBytes (maxBytes 0 on "
+                                   "Azure, or leave it out: no upper end)", "minBytes"))
     ids = Counter(gpu.id for gpu in algo.gpus)
     for gid, count in ids.items():
         if count > 1:
@@ -228,10 +231,13 @@ def _tb_rules(algo: AlgoXml, gpu: GpuXml, tb: TbXml, tb_ids: dict[int, TbXml],
         if peer < -1 or peer >= algo.ngpus or peer == gpu.id:
             problems.append(XmlProblem(place, f"is {peer}; a peer is another gpu "
                                        f"(0..{algo.ngpus - 1}) or -1 for none", attr))
-    if not 0 <= tb.chan < max(algo.nchannels, 1):
+    if not 0 <= tb.chan < MAX_CHANNELS:
+        problems.append(XmlProblem(place, f"is {tb.chan}; NCCL has channels 0.."
+                                   f"{MAX_CHANNELS - 1} (MAXCHANNELS): put the threadblock on "
+                                   "one of them", "chan"))
+    elif not tb.chan < max(algo.nchannels, 1):
         problems.append(XmlProblem(place, f"is {tb.chan}; channels are 0..{algo.nchannels - 1} "
-                                   "(raise nchannels)", "chan",
-                                   Severity.MALFORMED if tb.chan < 0 else RUNTIME))
+                                   "(raise nchannels)", "chan", RUNTIME))
     if len(tb.steps) > spec.MAX_STEPS:
         problems.append(XmlProblem(place, f"has {len(tb.steps)} steps; MSCCL runs at most "
                                    f"{spec.MAX_STEPS} per threadblock (nops included): use "
