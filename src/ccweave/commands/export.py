@@ -1,35 +1,56 @@
-"""``ccweave export sched.json|plan.json -o algo.xml|dir/``: MSCCL XML the runtime loads.
+"""``ccweave export sched.json|plan.json -o algo.xml|dir/``: MSCCL XML the runtime loads,
+or with ``--format mscclpp`` MSCCL++ execution plans (JSON, one per size range).
 
 A schedule becomes one XML file; a plan (several size ranges) a directory of them plus
-``msccl_config.xml``. Schedules are proven first (``--unverified`` skips that).
+``msccl_config.xml``. Schedules are proven first (``--unverified`` skips that); an
+MSCCL++ plan is read back and proven after it is written.
 """
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from ccweave import plan as plan_io
 from ccweave.commands import _inputs, _output
 from ccweave.errors import InputError, VerificationError
 from ccweave.export import msccl_spec as spec
-from ccweave.export import msccl_xml
+from ccweave.export import msccl_xml, mscclpp, mscclpp_spec
+from ccweave.jsonfile import read_json
 from ccweave.plan import Plan
-from ccweave.units import parse_size
+from ccweave.units import format_size, parse_size
 from ccweave.verify import check
 
 ORDER = 65
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("export", help="write a schedule or plan as MSCCL XML")
-    parser.add_argument("input", help="schedule JSON, plan JSON, or MSCCL XML")
+    parser = subparsers.add_parser("export", help="write a schedule or plan as MSCCL XML or "
+                                                  "MSCCL++ execution plans")
+    parser.add_argument("input", help="schedule JSON, plan JSON, MSCCL XML or an MSCCL++ plan")
     parser.add_argument("-o", "--output", required=True,
-                        help="an .xml file (one schedule) or a directory (a plan)")
+                        help="an .xml (.json for mscclpp) file for one schedule, or a directory")
+    parser.add_argument("--format", default="msccl", choices=["msccl", "mscclpp"],
+                        help="msccl: MSCCL XML (default); mscclpp: MSCCL++ execution plans")
+    parser.add_argument("--topology", help="mscclpp: the machine whose ranks the plan runs on "
+                        "(memory channels inside a node, port channels across); default: "
+                        "the schedule's own")
     parser.add_argument("--instances", type=int, default=1, metavar="K",
                         help="K copies on their own channels, each on 1/K of every chunk")
-    parser.add_argument("--proto", default=msccl_xml.DEFAULT_PROTO, choices=spec.PROTOCOLS)
+    parser.add_argument("--proto", choices=sorted({*spec.PROTOCOLS, *mscclpp_spec.PROTOCOLS}),
+                        help="msccl: Simple (default), LL or LL128; mscclpp: Simple or LL "
+                             "(default: LL where it pays, docs/mscclpp.md)")
+    buffers = parser.add_mutually_exclusive_group()
+    buffers.add_argument("--in-place", dest="inplace", action="store_true", default=None,
+                         help="mscclpp: a plan for calls that pass one buffer (default for "
+                              "allreduce, as PyTorch's all_reduce does)")
+    buffers.add_argument("--out-of-place", dest="inplace", action="store_false",
+                         help="mscclpp: a plan for calls with separate input and output")
+    parser.add_argument("--max-threadblocks", type=int, default=80, metavar="N",
+                        help="mscclpp: threadblocks per GPU at most, all resident at once "
+                             "(default 80: V100's SMs; A100 108, H100 132)")
     parser.add_argument("--runtime", default=spec.Runtime.MSCCL.value,
                         choices=[r.value for r in spec.Runtime],
                         help="msccl: microsoft/msccl (MSCCL_XML_FILES / MSCCL_CONFIG); azure: "
@@ -43,14 +64,14 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    if args.format == "mscclpp":
+        return _run_mscclpp(args)
+    if args.proto is None:
+        args.proto = msccl_xml.DEFAULT_PROTO
+    elif args.proto not in spec.PROTOCOLS:
+        raise InputError(f"--proto {args.proto}: MSCCL XML is {', '.join(spec.PROTOCOLS)}")
     plan = _load(args.input)
-    for entry in plan.entries:
-        result = check(entry.schedule)
-        if result.malformed or not (result.ok or args.unverified):
-            how = "is malformed" if result.malformed else "is not proven"
-            fix = "fix it" if result.malformed else "fix it or pass --unverified"
-            raise VerificationError(f"{args.input}: {entry.schedule.name or 'the schedule'} "
-                                    f"{how} ({result.problems[0].message}); {fix}")
+    _proven(plan, args.input, args.unverified)
     if not args.output.strip():
         raise InputError("-o '': give an .xml file (one schedule) or a directory (a plan)")
     output = Path(args.output)
@@ -99,7 +120,116 @@ def run(args) -> int:
 def _load(path: str) -> Plan:
     if Path(path).suffix.lower() == ".xml":
         return Plan.single(_inputs.load_schedule(path))
+    data = read_json(path, "make one with `ccweave synth`")
+    if mscclpp.is_plan(data):
+        return Plan.single(mscclpp.from_data(data, path))
     return plan_io.load(path)
+
+
+def _proven(plan: Plan, source: str, unverified: bool) -> None:
+    for entry in plan.entries:
+        result = check(entry.schedule)
+        if result.malformed or not (result.ok or unverified):
+            how = "is malformed" if result.malformed else "is not proven"
+            fix = "fix it" if result.malformed else "fix it or pass --unverified"
+            raise VerificationError(f"{source}: {entry.schedule.name or 'the schedule'} "
+                                    f"{how} ({result.problems[0].message}); {fix}")
+
+
+def _run_mscclpp(args) -> int:
+    """One MSCCL++ plan per size range: into ``-o`` if it ends in .json (one range), else
+    into the directory ``-o``; each read back and proven."""
+    if args.instances != 1:
+        raise InputError("--instances is for MSCCL XML; an MSCCL++ plan's threadblocks "
+                         "already run every chunk that can go at once")
+    if args.proto == "LL128":
+        raise InputError("--proto LL128: MSCCL++ plans are Simple or LL")
+    if not args.output.strip():
+        raise InputError("-o '': give a directory (or a .json file for one schedule)")
+    plan = _load(args.input)
+    _proven(plan, args.input, args.unverified)
+    topo = _topology(args, plan)
+    options = mscclpp.ExportOptions(protocol=args.proto, inplace=args.inplace,
+                                    max_threadblocks=args.max_threadblocks)
+    output = Path(args.output)
+    if not output.is_dir() and output.suffix.lower() == ".json":
+        if len(plan.entries) > 1:
+            raise InputError(f"{args.input}: a plan of {len(plan.entries)} size ranges exports "
+                             "to a directory (one execution plan per range); give -o DIR")
+        max_bytes = parse_size(args.max_bytes) if args.max_bytes else None
+        replaced = {str(output): _inputs.output(args.output, args.input)}
+        mscclpp.write(plan.entries[0].schedule, topo, output,
+                      replace(options, max_bytes=max_bytes))
+        files = [(output, plan.entries[0].schedule)]
+    else:
+        if output.exists() and not output.is_dir():
+            raise InputError(f"-o {_output.plain(args.output)}: not a directory; give a "
+                             "directory, or a .json file for one schedule")
+        if args.max_bytes:
+            raise InputError("--max-bytes is for one schedule; a plan's ranges give each "
+                             "execution plan its sizes")
+        replaced = {str(path): _inputs.output(str(path), args.input)
+                    for path in mscclpp.plan_files(plan, output) if path.parent.is_dir()}
+        paths = mscclpp.export_plan(plan, topo, output, options)
+        files = [(path, entry.schedule) for path, entry in zip(paths, plan.entries)]
+    rows = [{**_plan_summary(path), "replaced": replaced.get(str(path), False)}
+            for path, _ in files]
+    notes = [note for _, sched in files
+             for note in mscclpp.notes(sched, topo, options)]
+    if args.json:
+        _output.print_json({"input": args.input, "format": "mscclpp", "topology": topo.name,
+                            "files": rows, "notes": notes})
+        return 0
+    for row in rows:
+        high = row["max_message_size"]
+        _output.console.print(
+            f"{_output.wrote(row['file'], row['replaced'])}: {_output.plain(row['collective'])} "
+            f"on {row['gpus']} gpus, {row['protocol']}, {'in' if row['inplace'] else 'out of'} "
+            f"place, sizes [{format_size(row['min_message_size'])}, {format_size(high + 1)}), "
+            "up to "
+            f"{row['threadblocks']} threadblocks per gpu and {row['max_operations']} operations "
+            f"per threadblock; read back: {row['verdict']}")
+    for note in notes:
+        _output.console.print(f"note: {_output.plain(note)}")
+    return 0
+
+
+def _topology(args, plan: Plan):
+    """``--topology``, or the machine the schedule was made for (its metadata)."""
+    if args.topology:
+        return _inputs.topology(args.topology)
+    named = plan.entries[0].schedule.metadata.get("topology")
+    if not isinstance(named, str) or not named:
+        raise InputError(f"{args.input}: the schedule does not say which machine it is for; "
+                         "give --topology (memory channels inside a node, port channels "
+                         "across nodes)")
+    try:
+        return _inputs.topology(named)
+    except InputError as error:
+        raise InputError(f"{args.input}: made for {named!r}, which cannot be loaded here "
+                         f"({error}); give --topology") from None
+
+
+def _plan_summary(path: Path) -> dict[str, object]:
+    """What people ask of an exported plan, and its proof after reading it back."""
+    data = read_json(path, "an MSCCL++ execution plan")
+    gpus = data["gpus"]  # type: ignore[index]
+    tbs = [tb for gpu in gpus for tb in gpu["threadblocks"]]
+    verdict = mscclpp.judge(mscclpp.from_data(data, str(path)))
+    if not verdict.ok:
+        raise VerificationError(f"{path}: the plan ccweave wrote is not proven "
+                                f"({verdict.message}); please report it")
+    return {"file": str(path), "name": data["name"], "collective": data["collective"],
+            "protocol": data["protocol"], "inplace": data["inplace"], "gpus": len(gpus),
+            "min_message_size": data["min_message_size"],
+            "max_message_size": data["max_message_size"],
+            "threadblocks": max(len(gpu["threadblocks"]) for gpu in gpus),
+            "max_operations": max((_count(tb["ops"]) for tb in tbs), default=0),
+            "verdict": "proven"}
+
+
+def _count(ops: list) -> int:
+    return sum(1 + _count(op.get("ops", [])) for op in ops)
 
 
 def _summary(path: Path) -> dict[str, object]:
