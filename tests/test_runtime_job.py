@@ -48,8 +48,10 @@ def test_verdict_names_the_rank_that_died_and_those_that_reported():
         _verdict([Outcome(0, 2), Outcome(1, 2), Outcome(2, -signal.SIGKILL)])
     with pytest.raises(RuntimeFault, match=r"rank 1 exited with code 1"):
         _verdict([Outcome(0, 2), Outcome(1, 1)])
-    with pytest.raises(RuntimeFault, match=r"rank\(s\) 1 did not stop within 10 s"):
-        _verdict([Outcome(0, 2), Outcome(1, -signal.SIGTERM)], hung=[1], grace=10)
+    with pytest.raises(RuntimeFault, match=r"the launcher stopped rank\(s\) 1: they did not "
+                                           r"stop within 10 s of the first failure"):
+        _verdict([Outcome(0, 2), Outcome(1, -signal.SIGTERM)], hung=[1],
+                 why="they did not stop within 10 s of the first failure")
     with pytest.raises(RuntimeFault, match=r"rank\(s\) 0, 1 failed"):
         _verdict([Outcome(0, 2), Outcome(1, 2)])
 

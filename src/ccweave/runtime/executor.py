@@ -13,6 +13,7 @@ import torch
 
 from ccweave.collectives import Buffer
 from ccweave.errors import InputError, RuntimeFault
+from ccweave.runtime import progress
 from ccweave.runtime.program import Operation, OpKind, Program, Slot, compile_program
 from ccweave.runtime.reduce_ops import RedOp
 from ccweave.runtime.transport.base import PeerFailure, Transport
@@ -81,6 +82,9 @@ class Executor:
         self._own: dict[tuple, torch.Tensor] = {}
         self._bound: tuple[tuple, _Views] | None = None
         self._send_bytes = 0
+        self._size_bytes = 0
+        self._calls = 0
+        self._kind = progress.kind_code(schedule.collective.kind)
 
     # ------------------------------------------------------------ binding
 
@@ -121,6 +125,8 @@ class Executor:
         chunk = self.chunk_elements(input, output)
         like = output if output is not None else input
         assert like is not None
+        self._size_bytes = chunk * like.element_size() * max(coll.input_chunks,
+                                                             coll.output_chunks)
         if self.schedule.in_place:
             input = output = like
         flats: dict[Buffer, torch.Tensor] = {}
@@ -228,6 +234,12 @@ class Executor:
                 why = transport.explain_loss(peer) if peer is not None else "a peer failed"
                 raise RuntimeFault(f"rank {transport.rank}: {why}; the last run's messages "
                                    f"to it were not all read ({failure.detail})") from None
+        recorder: progress.Recorder | None = progress.of(transport)
+        if not recorder.active:
+            recorder = None
+        self._calls += 1
+        if recorder is not None:
+            recorder.run(self._kind, self._size_bytes, self._calls, total)
         while finished < total:
             while ready:
                 index = heapq.heappop(ready)
@@ -270,6 +282,10 @@ class Executor:
             if finished == total:
                 break
             order = sorted(pending)
+            if recorder is not None:  # progress so far, and the oldest transfer waited on
+                oldest = ops[order[0][0]]
+                recorder.step(finished, oldest.peer, oldest.kind is OpKind.SEND,
+                              oldest.transfer, len(order))
             try:
                 done = transport.wait_some([pending[key] for key in order], self.timeout)
             except PeerFailure as failure:
@@ -303,6 +319,8 @@ class Executor:
                     waiting[child] -= 1
                     if not waiting[child]:
                         heapq.heappush(ready, child)
+        if recorder is not None:
+            recorder.phase(progress.Phase.IDLE)
         if clock:
             self.trace = list(zip(started_at, finished_at))
 

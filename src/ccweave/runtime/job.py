@@ -125,7 +125,19 @@ def check_backend(backend: str, job: JobEnv | None) -> None:
 
 
 def connect(backend: str, job: JobEnv, timeout: float = 60.0) -> Transport:
-    """Initialise the backend for ``job`` and return a transport on the whole world."""
+    """Initialise the backend for ``job`` and return a transport on the whole world; it
+    keeps this rank's progress record (``transport.progress``) where the launcher asked
+    for one (:mod:`ccweave.runtime.progress`)."""
+    from ccweave.runtime import progress
+
+    recorder = progress.Recorder.from_env(job.rank, timeout)
+    transport = _connect(backend, job, timeout)
+    transport.progress = recorder  # type: ignore[attr-defined]
+    recorder.phase(progress.Phase.IDLE)
+    return transport
+
+
+def _connect(backend: str, job: JobEnv, timeout: float) -> Transport:
     check_backend(backend, job)
     if backend == "mpi":
         from ccweave.runtime.transport.mpi import MPITransport
@@ -201,14 +213,18 @@ def _raise_on_sigterm(rank: int) -> None:
         return
 
     def stop(signum: int, frame: object) -> None:
-        raise RuntimeFault(f"rank {rank}: stopped by mpirun (SIGTERM), which stops the job "
-                           "when a rank fails; its report names that rank")
+        raise RuntimeFault(f"rank {rank}: stopped (SIGTERM) by mpirun or ccweave's launcher, "
+                           "which stop the job when a rank fails or hangs; the launcher's "
+                           "report names that rank")
 
     signal.signal(signal.SIGTERM, stop)
 
 
 def disconnect(transport: Transport) -> None:
     """Tear down what :func:`connect` set up (process group, MPI stays to atexit)."""
+    recorder = getattr(transport, "progress", None)
+    if recorder is not None:
+        recorder.close()
     transport.close()
     if transport.name in ("gloo", "nccl"):
         import torch.distributed as dist

@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from ccweave.errors import Interrupted, RuntimeFault
+from ccweave.runtime import progress
 from ccweave.runtime.job import HOSTED_STORE, LAUNCHER_PID
 
 WRONG_EXIT = 3
@@ -187,6 +189,8 @@ def launch_local(argv: Sequence[str], nproc: int, *, grace: float = GRACE_S,
     command = [sys.executable, *_entry(module, script), *argv]
     procs: list[subprocess.Popen] = []
     readers: list[threading.Thread] = []
+    records = tempfile.mkdtemp(prefix="ccweave-progress-")
+    base[progress.ENV] = progress.folder_for_ranks(records)
     with _Signals() as signals:
         try:
             for rank in range(nproc):
@@ -196,12 +200,15 @@ def launch_local(argv: Sequence[str], nproc: int, *, grace: float = GRACE_S,
                                     **_piped() if piped else {}))
                 if piped:
                     readers.append(_pump(procs[-1].stdout, on_line))
-            return _supervise(procs, signals, grace)
+            watchdog = progress.Watchdog(
+                records, nproc, lambda: {rank: proc.pid for rank, proc in enumerate(procs)})
+            return _supervise(procs, signals, grace, watchdog)
         finally:
             if procs:
                 _stop(procs[0].pid, procs)
             for reader in readers:
                 reader.join(timeout=2.0)
+            shutil.rmtree(records, ignore_errors=True)
             del store
 
 
@@ -221,9 +228,14 @@ def _pump(stream, on_line: Callable[[str], None]) -> threading.Thread:
     return reader
 
 
-def _supervise(procs: Sequence[subprocess.Popen], signals: _Signals, grace: float) -> int:
+def _supervise(procs: Sequence[subprocess.Popen], signals: _Signals, grace: float,
+               watchdog: progress.Watchdog | None = None) -> int:
+    """Wait for the ranks. After the first failure the others have ``grace`` seconds to
+    report (1 s when the rank holding them up is stopped: nothing will change); with no
+    failure, a job whose records show no progress past the ranks' timeout is stopped."""
     first_failure: float | None = None
     hung: list[int] = []
+    diagnosis, why = None, ""
     while True:
         codes = [p.poll() for p in procs]
         if signals.received is not None:
@@ -232,26 +244,35 @@ def _supervise(procs: Sequence[subprocess.Popen], signals: _Signals, grace: floa
                               f"stopped all {len(procs)} ranks", signals.received)
         if all(code is not None for code in codes):
             break
+        now = time.monotonic()
         if first_failure is None and any(code not in (None, 0) for code in codes):
-            first_failure = time.monotonic()
-        if first_failure is not None and time.monotonic() - first_failure > grace:
+            first_failure = now
+            if watchdog is not None and watchdog.stopped():
+                grace = min(grace, 1.0)
+        stuck = first_failure is None and watchdog is not None and watchdog.hung()
+        if stuck or (first_failure is not None and now - first_failure > grace):
             hung = [rank for rank, code in enumerate(codes) if code is None]
+            diagnosis = watchdog.diagnosis() if watchdog is not None else None
+            if stuck:
+                why = "no rank made progress for longer than their timeout"
+            else:
+                why = f"they did not stop within {grace:g} s of the first failure"
             _stop(procs[0].pid, procs)
             break
         time.sleep(0.02)
     outcomes = [Outcome(rank, p.returncode) for rank, p in enumerate(procs)]
-    return _verdict(outcomes, hung, grace)
+    return _verdict(outcomes, hung, why if hung else "", diagnosis)
 
 
-def _verdict(outcomes: Sequence[Outcome], hung: Sequence[int] = (), grace: float = GRACE_S,
-             ) -> int:
+def _verdict(outcomes: Sequence[Outcome], hung: Sequence[int] = (),
+             why: str = f"they did not stop within {GRACE_S:g} s of the first failure",
+             diagnosis: str | None = None) -> int:
     if all(o.code == 0 for o in outcomes):
         return 0
     died = [o for o in outcomes if o.died and o.rank not in hung]
-    parts = [o.describe() for o in died]
+    parts = ([diagnosis] if diagnosis else []) + [o.describe() for o in died]
     if hung:
-        parts.append(f"rank(s) {', '.join(map(str, hung))} did not stop within {grace:g} s "
-                     "of the first failure and were stopped by the launcher")
+        parts.append(f"the launcher stopped rank(s) {', '.join(map(str, hung))}: {why}")
     reported = [o.rank for o in outcomes if o.code == 2]
     if parts:
         tail = (f"; rank(s) {', '.join(map(str, reported))} stopped with the errors above"
@@ -301,7 +322,19 @@ def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
     mpirun stops the job when a rank fails; this names the rank that was stopped (SIGSTOP,
     a debugger) when the first one gave up waiting, else the one mpirun reports dead.
     ``on_line`` takes the ranks' output lines instead of the terminal."""
-    env = dict(os.environ, **{_MPI_MARK: str(os.getpid())})
+    records = tempfile.mkdtemp(prefix="ccweave-progress-")
+    try:
+        return _launch_mpi(argv, nproc, threads, module, script, on_line, records)
+    finally:
+        shutil.rmtree(records, ignore_errors=True)
+
+
+def _launch_mpi(argv: Sequence[str], nproc: int, threads: int | None, module: str,
+                script: str | None, on_line: Callable[[str], None] | None, records: str
+                ) -> int:
+    env = dict(os.environ, **{_MPI_MARK: str(os.getpid()),
+                              progress.ENV: progress.folder_for_ranks(records)})
+    watchdog = progress.Watchdog(records, nproc, lambda: mpi_ranks(os.getpid()))
     if "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(threads or max(1, (os.cpu_count() or 1) // nproc))
     if shutil.which("mpirun") is None:
@@ -316,6 +349,7 @@ def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
     stalls: list[re.Match] = []
     stopped: list[int] = []
     looked: list[bool] = []
+    named: list[str | None] = []
 
     def pump() -> None:
         assert proc.stderr is not None
@@ -328,11 +362,14 @@ def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
             if stall and not stalls:
                 stalls.append(stall)
             if (found or stall or line.startswith("ccweave: error:")) and not looked:
-                looked.append(True)  # the first sign of trouble: who is stopped right now?
-                stopped.extend(stopped_ranks(os.getpid()))
+                looked.append(True)  # the first sign of trouble: who is stopped right now,
+                stopped.extend(stopped_ranks(os.getpid()))  # and who held the others up?
+                named.append(progress.Watchdog(records, nproc,
+                                               lambda: mpi_ranks(os.getpid())).diagnosis())
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
+    diagnosis: list[str] = []
     with _Signals() as signals:
         try:
             while proc.poll() is None:
@@ -341,6 +378,10 @@ def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
                     raise Interrupted(f"interrupted ({signal.Signals(signals.received).name});"
                                       f" stopped mpirun and its {nproc} ranks",
                                       signals.received)
+                if watchdog.hung():  # a wait with no timeout of its own (MPI's barrier)
+                    diagnosis.append(watchdog.diagnosis() or "no rank made progress")
+                    _stop(proc.pid, [proc], wait_s=5.0)
+                    break
                 time.sleep(0.02)
         finally:
             if proc.poll() is None:
@@ -350,11 +391,16 @@ def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
                     os.killpg(proc.pid, signal.SIGKILL)
             reader.join(timeout=2.0)
     code = proc.returncode
+    if diagnosis:
+        raise RuntimeFault(f"{diagnosis[0]}; no rank made progress for longer than their "
+                           "timeout, and the launcher stopped mpirun")
     if code == 0:
         return 0
 
     if code == WRONG_EXIT:
         return 1
+    if named and named[0] and (stopped or stalls):
+        raise RuntimeFault(f"{named[0]} (errors above); mpirun stopped the job")
     if stopped:
         raise RuntimeFault(f"rank(s) {', '.join(map(str, stopped))} stopped progressing: "
                            "stopped (SIGSTOP, or a debugger) when the first rank gave up "
@@ -374,21 +420,24 @@ def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
 def stopped_ranks(launcher: int) -> list[int]:
     """MPI ranks of the job ``launcher`` started that are stopped right now (process state
     T: SIGSTOP or a debugger), read from /proc; [] where there is no /proc."""
-    found = []
+    return sorted(rank for rank, pid in mpi_ranks(launcher).items()
+                  if progress.process_stopped(pid))
+
+
+def mpi_ranks(launcher: int) -> dict[int, int]:
+    """The pid of each MPI rank of the job ``launcher`` started (their environment says
+    which), read from /proc; {} where there is no /proc."""
+    found = {}
     with contextlib.suppress(OSError):
-        pids = [name for name in os.listdir("/proc") if name.isdigit()]
-        for pid in pids:
+        for pid in (name for name in os.listdir("/proc") if name.isdigit()):
             try:
                 with open(f"/proc/{pid}/environ", "rb") as handle:
                     env = dict(pair.split(b"=", 1) for pair in handle.read().split(b"\0")
                                if b"=" in pair)
-                if env.get(_MPI_MARK.encode()) != str(launcher).encode():
-                    continue
-                rank = env.get(b"OMPI_COMM_WORLD_RANK")
-                with open(f"/proc/{pid}/stat") as handle:
-                    state = handle.read().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError, ValueError):
+            except OSError:
                 continue
-            if rank is not None and rank.isdigit() and state in ("T", "t"):
-                found.append(int(rank))
-    return sorted(found)
+            rank = env.get(b"OMPI_COMM_WORLD_RANK")
+            if env.get(_MPI_MARK.encode()) == str(launcher).encode() and rank is not None \
+                    and rank.isdigit():
+                found[int(rank)] = int(pid)
+    return found

@@ -20,7 +20,7 @@ import torch
 from ccweave.collectives import Collective
 from ccweave.errors import CCWeaveError, InputError
 from ccweave.plan import Plan
-from ccweave.runtime import reference
+from ccweave.runtime import progress, reference
 from ccweave.runtime.executor import Executor, intra_op_threads
 from ccweave.runtime.inplace import in_place as in_place_variant
 from ccweave.runtime.layout import Layout, layout_for_bytes
@@ -183,8 +183,10 @@ def measure_call(call: Callable[[torch.Tensor, torch.Tensor], None], coll: Colle
     iters = _iterations(functools.partial(call, data, out), transport, opts)
     reps = max(1, opts.reps)
     times = [0.0] * (reps * ranks)  # every rank's time of every repetition, summed below
+    recorder = progress.of(transport)
     for rep in range(reps):
-        transport.barrier()
+        with recorder.around(progress.Phase.BARRIER):
+            transport.barrier()
         _synchronize(transport.device)
         start = time.perf_counter()
         for _ in range(iters):
@@ -192,7 +194,8 @@ def measure_call(call: Callable[[torch.Tensor, torch.Tensor], None], coll: Colle
         _synchronize(transport.device)
         times[rep * ranks + rank] = (time.perf_counter() - start) / iters
     del data, out
-    *everyone, total_wrong = transport.sum_values([*times, float(wrong)])
+    with recorder.around(progress.Phase.REDUCE_VALUES):
+        *everyone, total_wrong = transport.sum_values([*times, float(wrong)])
     seconds = statistics.median(max(everyone[rep * ranks:(rep + 1) * ranks])
                                 for rep in range(reps))
     size = layout.size_bytes(opts.dtype.itemsize)
@@ -209,7 +212,9 @@ def _iterations(run: Callable[[], None], transport: Transport, opts: Options) ->
     start = time.perf_counter()
     run()
     _synchronize(transport.device)
-    (total,) = transport.sum_values([time.perf_counter() - start])
+    recorder = progress.of(transport)
+    with recorder.around(progress.Phase.REDUCE_VALUES):
+        (total,) = transport.sum_values([time.perf_counter() - start])
     once = total / transport.world_size
     return max(1, min(opts.iters, round(opts.target_s / once)) if once > 0 else opts.iters)
 
