@@ -153,6 +153,10 @@ class Executor:
         self._send_bytes = sum(src.numel() * src.element_size()
                                for op, (src, _) in zip(self.program.ops, views)
                                if op.kind is OpKind.SEND and src is not None)
+        # the transport's cap on what a peer may make it allocate (a message kept aside)
+        self.transport.expect_messages(max(
+            (dst.numel() * dst.element_size() for op, (_, dst) in zip(self.program.ops, views)
+             if op.kind is OpKind.RECV and dst is not None), default=0))
         self._bound = (key, views)
         return views
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from ccweave.errors import Interrupted, RuntimeFault
-from ccweave.runtime import progress
+from ccweave.runtime import progress, secret
 from ccweave.runtime.job import HOSTED_STORE, LAUNCHER_PID
 
 WRONG_EXIT = 3
@@ -183,7 +183,8 @@ def launch_local(argv: Sequence[str], nproc: int, *, grace: float = GRACE_S,
     base.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # ccweave names the faults itself
     base.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port),
                  "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
-                 HOSTED_STORE: "1", LAUNCHER_PID: str(os.getpid())})
+                 HOSTED_STORE: "1", LAUNCHER_PID: str(os.getpid()),
+                 secret.ENV: secret.new_secret()})  # admits the ranks' data connections
     if "OMP_NUM_THREADS" not in base:
         base["OMP_NUM_THREADS"] = str(threads or max(1, (os.cpu_count() or 1) // nproc))
     command = [sys.executable, *_entry(module, script), *argv]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ccweave.errors import RuntimeFault
-from ccweave.runtime import progress
+from ccweave.runtime import progress, secret
 from ccweave.runtime.job import LAUNCHER_PID
 from ccweave.testbed.guard import Guard
 from ccweave.testbed.netns import Testbed, signals_deferred
@@ -37,11 +37,13 @@ def _python(module: str | None, script: str | None) -> list[str]:
 
 
 def rank_env(bed: Testbed, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment every rank shares: torchrun's variables, one OpenMP thread per
-    rank unless the caller's environment says otherwise (torchrun's default too)."""
+    """The environment every rank shares: torchrun's variables, the job's secret (a new
+    one per job: it admits the ranks' data connections), one OpenMP thread per rank
+    unless the caller's environment says otherwise (torchrun's default too)."""
     env = dict(os.environ)
     env.update({"MASTER_ADDR": bed.emulation.address(0), "MASTER_PORT": str(MASTER_PORT),
-                "WORLD_SIZE": str(bed.emulation.topology.num_ranks)})
+                "WORLD_SIZE": str(bed.emulation.topology.num_ranks),
+                secret.ENV: secret.new_secret()})
     env.setdefault("OMP_NUM_THREADS", "1")
     env.update(extra or {})
     return env

@@ -59,6 +59,13 @@ class Transport(abc.ABC):
         peer keep it."""
         del count
 
+    def expect_messages(self, largest_bytes: int) -> None:
+        """This rank's receives are at most ``largest_bytes`` long (the executor says so
+        when it binds buffers; it only grows). Transports that keep a message aside until
+        its receive is posted allocate no more than this for one: a peer's word is not
+        enough."""
+        del largest_bytes
+
     @abc.abstractmethod
     def wait_some(self, handles: Sequence[object], timeout: float) -> list[int]:
         """Positions of handles that finished (at least one), or ``[]`` after ``timeout``
@@ -107,6 +114,9 @@ class Layered(Transport):
 
     def order_after(self, handle: object) -> None:
         self.inner.order_after(handle)
+
+    def expect_messages(self, largest_bytes: int) -> None:
+        self.inner.expect_messages(largest_bytes)
 
     def barrier(self) -> None:
         self.inner.barrier()
