@@ -10,6 +10,12 @@ Cases, each in a fresh process (peak RSS is the child's own, from ``wait4``):
   about 10x between them when the import is linear (100x when quadratic).
 - ``compare-1024``: ``ccweave compare ring:1024 allreduce --sizes 1GB`` (limit 8 GiB).
 - ``refusals``: the issue's inputs that ate the machine, all in one process.
+- ``listener-attack`` (issue 42): while ``ccweave run switch:4 allreduce --nproc 4`` runs,
+  this process sends every rank's data listener the issue's 40-byte lying message, 4 KB
+  of random bytes, a hello claiming rank 0 without the job's MAC and :data:`RANDOM_LIES`
+  random lying hellos (each rank held with SIGSTOP from when it listens until every
+  attack is in its kernel); prints the job's exit code, its wrong elements, and how many
+  attackers the ranks named by address (each one must be).
 - ``startup`` (issue 42): ``ccweave topo show dgx1`` from a fresh interpreter, median of
   :data:`STARTS` runs, with torch importable and with torch and mpi4py hidden (an import
   hook refuses them), beside a bare interpreter's start and ``import torch`` alone; says
@@ -23,6 +29,7 @@ Each line prints wall seconds, peak RSS and the load average when it ended.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -163,11 +170,93 @@ def _startup() -> dict[str, object]:
 
 
 
+RANDOM_LIES = 12
+"""Random lying hellos and headers of ``listener-attack``, spread over the ranks."""
+
+
+def _listening_ports(pid: int) -> set[int]:
+    """Ports ``pid`` listens on over TCP/IPv4 (its socket inodes in /proc/net/tcp)."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in list(table)[1:]]
+    return {int(row[1].split(":")[1], 16) for row in rows if row[3] == "0A" and row[9] in inodes}
+
+
+def _listener_attack() -> dict[str, object]:
+    import random
+    import signal
+    import socket
+    import struct
+    import uuid
+
+    mark, low = uuid.uuid4().hex, random.randrange(20000, 30000)
+    env = dict(os.environ, CCWEAVE_HARDENING_MARK=mark, CCWEAVE_DATA_PORTS=f"{low}-{low + 199}")
+    began = time.perf_counter()
+    job = subprocess.Popen([sys.executable, "-m", "ccweave.cli", "run", "switch:4", "allreduce",
+                            "--nproc", "4", "--sizes", "4KB,256KB", "--iters", "100", "--json"],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ports: dict[int, int] = {}
+    held: list[int] = []  # each rank stopped from when it listens until every attack is in
+    while len(ports) < 4 and job.poll() is None:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{pid}/environ", "rb") as handle:
+                    rank_env = dict(item.split(b"=", 1) for item in handle.read().split(b"\0")
+                                    if b"=" in item)
+                if rank_env.get(b"CCWEAVE_HARDENING_MARK") == mark.encode() and \
+                        b"RANK" in rank_env:
+                    ours = [port for port in _listening_ports(int(pid))
+                            if low <= port < low + 200]
+                    if ours and int(rank_env[b"RANK"]) not in ports:
+                        os.kill(int(pid), signal.SIGSTOP)  # as a busy rank: no early end
+                        held.append(int(pid))
+                        ports[int(rank_env[b"RANK"])] = ours[0]
+        time.sleep(0.02)
+    hello = struct.Struct("<qqq")
+    payloads = [struct.pack("<qqq", 0, 0, -1) + struct.pack("<qq", 999999, 2**50),
+                os.urandom(4096), hello.pack(0, 0, -1) + bytes(32) + struct.pack("<qq", 1, 2**40)]
+    attacks = [(rank, payload) for rank in sorted(ports) for payload in payloads]
+    rng = random.Random(42)
+    for number in range(RANDOM_LIES if ports else 0):
+        lie = (hello.pack(rng.choice([0, 1, 2, 3, -1, 2**40]), rng.choice([0, 1, 64, -1]),
+                          rng.choice([-1, 0, 7, 5000, 2**62])) + rng.randbytes(rng.randrange(40))
+               + struct.pack("<qq", rng.getrandbits(63), rng.getrandbits(63) - 2**62))
+        attacks.append((sorted(ports)[number % len(ports)], lie[:rng.randrange(len(lie) + 1)]))
+    attackers = []
+    for rank, payload in attacks:
+        with socket.create_connection(("127.0.0.1", ports[rank]), timeout=10) as sock:
+            host, port = sock.getsockname()[:2]
+            attackers.append((rank, f"{host}:{port}"))
+            with contextlib.suppress(OSError):
+                sock.sendall(payload)
+    for pid in held:
+        os.kill(pid, signal.SIGCONT)
+    out, err = job.communicate(timeout=600)
+    refusals = [line for line in err.splitlines() if "refused a connection from" in line]
+    named = sum(any(line.startswith(f"ccweave rank {rank}: refused a connection from "
+                                    f"{address}: ") for line in refusals)
+                for rank, address in attackers)
+    try:
+        wrong = json.loads(out)["wrong"]
+    except (ValueError, KeyError):
+        wrong = None
+    return {"wall_s": time.perf_counter() - began, "job_exit": job.returncode, "wrong": wrong,
+            "attackers": len(attackers), "named": named, "refusals": len(refusals),
+            "tracebacks": err.count("Traceback"), "example": refusals[0] if refusals else ""}
+
+
 CASES: dict[str, Callable[[], dict[str, object]]] = {
     "xml-import": _xml_import(STEPS),
     "xml-import-small": _xml_import(STEPS // 10),
     "compare-1024": _compare_1024,
     "refusals": _refusals,
+    "listener-attack": _listener_attack,
     "startup": _startup,
 }
 
@@ -203,6 +292,10 @@ def report(rows: list[dict[str, object]]) -> str:
             line += f"  exit {row['exit_code']}, {verdict} {LIMIT_GIB:g} GiB"
         if "exit_codes" in row:
             line += f"  exit codes {row['exit_codes']}"
+        if row["case"] == "listener-attack":
+            line += (f"  job exit {row['job_exit']}, {row['wrong']} wrong element(s), "
+                     f"{row['named']} of {row['attackers']} attackers named by address, "
+                     f"{row['tracebacks']} traceback(s)\n    e.g. {row['example']}")
         if row["case"] == "startup":
             line = _startup_report(row)
         lines.append(line)
