@@ -90,6 +90,8 @@ NONE = {"intranode_sketch": {"strategy": "none"}}
                            "switch_hyperedge_strategy": ["uc-min", "uc-max"]}},
      "mixes policies"),
     ({"nnodes": 1}, "intranode_sketch is missing"),
+    ({"nnodes": 1, "intranode_sketch": {"strategy": []}},  # found by tests/test_fuzz_readers
+     "intranode_sketch.strategy is []; TACCL's are 'none' and 'switch'"),
     ({**NONE, "hyperparameters": {"input_chunkup": 0}}, "hyperparameters.input_chunkup"),
     ({**NONE, "hyperparameters": {"heuristic": 4}},
      "unknown field 'hyperparameters.heuristic'"),

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ccweave.errors import InputError
 from ccweave.synth.taccl import sketch as sk
+from ccweave.units import shown
 
 MARKERS = frozenset({"nnodes", "intranode_sketch", "internode_sketch", "hyperparameters"})
 """Fields only TACCL's format has: one of them makes a file a TACCL sketch."""
@@ -86,6 +87,9 @@ def _intranode(data: object, source: str) -> sk.IntranodeSketch:
                          '{"strategy": "none"}')
     sk.no_unknown(data, _INTRA, source, "intranode_sketch.")
     name = data.get("strategy", "none")
+    if not isinstance(name, str):  # a list here was a TypeError (unhashable) traceback
+        raise InputError(f"{source}: intranode_sketch.strategy is {shown(name)}; TACCL's are "
+                         "'none' and 'switch'")
     if name in _UNSUPPORTED:
         raise InputError(f"{source}: intranode_sketch.strategy {name!r} (TACCL's link-load "
                          "balancing objective) is not supported; use 'none' or 'switch'")
