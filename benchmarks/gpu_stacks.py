@@ -7,7 +7,12 @@ consumers' own files or code. One section per stack; ``--section`` picks them.
   what ccweave says (100% required); (2) how many measurements a tuner file needs, ccweave's
   fit against NVIDIA's ``optimize_config.py`` (run as shipped) on the same measurements.
 
-    nice python benchmarks/gpu_stacks.py [--section tuner] [--json FILE]
+- ``mscclpp``: MSCCL++ execution plans (``../shared/fixtures/mscclpp``): MSCCL++'s own 11
+  test plans read and proven or refused with the reason; every strategy's schedule on
+  five machines exported as an MSCCL++ plan and as MSCCL XML, read back, proven and timed
+  against itself (benchmarks/gpu_stacks_mscclpp.py).
+
+    nice python benchmarks/gpu_stacks.py [--section tuner] [--section mscclpp] [--json FILE]
 
 Each section prints the 1-minute load average beside its figures; the peak RSS at the end.
 """
@@ -28,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from gpu_stacks_mscclpp import mscclpp_section
 
 from ccweave.peak_rss import peak_rss_bytes
 
@@ -287,7 +293,8 @@ def _regret(library: Path, path: Path, prior, truth, func: int, sizes: list[int]
 # ------------------------------------------------------------------------ main
 
 
-SECTIONS: dict[str, Callable[[dict], None]] = {"tuner": tuner_section}
+SECTIONS: dict[str, Callable[[dict], None]] = {"tuner": tuner_section,
+                                               "mscclpp": mscclpp_section}
 
 
 def main() -> int:

@@ -106,41 +106,47 @@ def actions(schedule: Schedule, kinds: dict[tuple[int, int], Channel],
     transfers = schedule.transfers
     coll = schedule.collective
     out: list[Action] = []
-    last: dict[int, int] = {}
+    last: dict[int, int] = {}  # transfer -> its last action
+    move: dict[int, int] = {}  # transfer -> the action that crosses ranks (or its only one)
     for index in topological_order(transfers):
         t = transfers[index]
         src = Ref(t.src, t.src_buffer, t.src_index, t.count)
         dst = Ref(t.dst, t.dst_buffer, t.dst_index, t.count)
-        reads, writes = _split(schedule, t, coll)
-        read_deps = [last[d] for d in reads]
-        write_deps = [last[d] for d in writes]
+        feeds, orders, touches = _split(schedule, t, coll)
+        first_deps = [last[d] for d in feeds] + [move[d] for d in orders]
+        last_deps = [last[d] for d in touches]
         steps = _steps(t, src, dst, kinds, packets, scratch)
-        first = len(out)
         for k, (rank, name, srcs, dsts, channel, flags) in enumerate(steps):
             action = Action(rank, name, srcs, dsts, channel, index)
             if k == 0:
-                action.deps = read_deps if len(steps) > 1 else read_deps + write_deps
+                action.deps = first_deps if len(steps) > 1 else first_deps + last_deps
             else:
-                action.deps = [len(out) - 1] + (write_deps if k == len(steps) - 1 else [])
+                action.deps = [len(out) - 1] + (last_deps if k == len(steps) - 1 else [])
                 if flags:
                     action.implicit.add(len(out) - 1)
+            if any(r.rank != rank for r in (*srcs, *dsts)) or len(steps) == 1:
+                move[index] = len(out)
             out.append(action)
         last[index] = len(out) - 1
-        assert len(out) > first
     return out, scratch
 
 
-def _split(schedule: Schedule, t: Transfer, coll) -> tuple[list[int], list[int]]:
-    """``t``'s deps needed before its first step (those that write what it reads, and
-    explicit ones) and those needed only before it writes its destination (accesses of
-    the destination slots)."""
-    first, last = [], []
+def _split(schedule: Schedule, t: Transfer, coll) -> tuple[list[int], list[int], list[int]]:
+    """``t``'s deps: those that write what it reads and those that read or write its
+    destination (its data needs them done), and the rest, orderings the schedule adds
+    beside its data (a link's order): those need only the other's crossing done, not its
+    unpacking at the far end."""
+    feeds, orders, touches = [], [], []
     for d in t.deps:
         dep = schedule.transfers[d]
-        feeds = _overlap(schedule, coll, (dep.dst, dep.dst_buffer, dep.dst_index, dep.count),
-                         (t.src, t.src_buffer, t.src_index, t.count))
-        (last if not feeds and _touches(schedule, coll, dep, t) else first).append(d)
-    return first, last
+        if _overlap(schedule, coll, (dep.dst, dep.dst_buffer, dep.dst_index, dep.count),
+                    (t.src, t.src_buffer, t.src_index, t.count)):
+            feeds.append(d)
+        elif _touches(schedule, coll, dep, t):
+            touches.append(d)
+        else:
+            orders.append(d)
+    return feeds, orders, touches
 
 
 def _touches(schedule: Schedule, coll, dep: Transfer, t: Transfer) -> bool:

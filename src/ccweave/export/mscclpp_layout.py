@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ccweave.export.mscclpp_actions import Action
+from ccweave.export.mscclpp_spec import Channel
 
 
 @dataclass(frozen=True)
@@ -34,11 +35,18 @@ class Sync:
 
 class Layout:
     """Threadblocks of actions (global ids; ``tb_rank`` says whose), each action's
-    ``place`` (threadblock, position), and the syncs the order leaves to add."""
+    ``place`` (threadblock, position), and the syncs the order leaves to add.
 
-    def __init__(self, acts: list[Action], order: list[int], cap: int, limit: int | None,
-                 times: tuple[list[float], list[float]] | None = None) -> None:
-        self.acts, self.cap, self.limit, self.times = acts, cap, limit, times
+    ``budget``: operations a threadblock may hold (its actions, a nop before each, and an
+    estimate of the waits and signals around them); an action joins a threadblock only
+    while it has room for :data:`ROOM` more.
+    """
+
+    def __init__(self, acts: list[Action], order: list[int], budget: int, limit: int | None,
+                 times: tuple[list[float], list[float]] | None = None,
+                 kinds: dict[tuple[int, int], Channel] | None = None) -> None:
+        self.acts, self.budget, self.limit, self.times = acts, budget, limit, times
+        self.kinds = kinds or {}
         self.tbs: list[list[int]] = []
         self.tb_rank: list[int] = []
         self.place: list[tuple[int, int]] = [(-1, -1)] * len(acts)
@@ -50,15 +58,19 @@ class Layout:
 
     def _build(self, order: list[int]) -> None:
         acts = self.acts
-        width = 64
+        width = 256
         clocks: dict[int, np.ndarray] = {}  # actions some later action depends on
         tails: list[np.ndarray] = []  # per threadblock, the clock after its last action
+        self.ops = np.zeros(width, np.int64)  # per threadblock, operations so far
+        self.tail_pos = np.full(width, -1, np.int64)
+        self.tail_depth = np.zeros(width, np.int64)
+        self.by_rank: dict[int, list[int]] = defaultdict(list)
+        posts: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])  # memory, port, semaphore
         waiting = [0] * len(acts)
         for a in acts:
             for d in set(a.deps):
                 waiting[d] += 1
         depth = [0] * len(acts)
-        by_rank: dict[int, list[int]] = defaultdict(list)
         for index in order:
             a = acts[index]
             depth[index] = 1 + max((depth[d] for d in a.deps), default=0)
@@ -66,28 +78,40 @@ class Layout:
                 width *= 2
                 clocks = {k: _grow(v, width) for k, v in clocks.items()}
                 tails = [_grow(v, width) for v in tails]
+                self.ops = _grow(self.ops, width, 0)
+                self.tail_pos = _grow(self.tail_pos, width)
+                self.tail_depth = _grow(self.tail_depth, width, 0)
             known = np.full(width, -1, np.int64)
             for d in a.deps:
                 np.maximum(known, clocks[d], out=known)
-            tb = self._choose(index, by_rank[a.rank], known, depth)
+            tb = self._choose(index, a.rank, known)
             if tb is None:
                 tb = len(self.tbs)
                 self.tbs.append([])
                 self.tb_rank.append(a.rank)
-                by_rank[a.rank].append(tb)
+                self.by_rank[a.rank].append(tb)
                 tails.append(np.full(width, -1, np.int64))
+                self.ops[tb] = 2  # the barriers that open and close it
             start = tails[tb].copy()
+            pre = [0, 0, 0]  # waits on memory and port channels, acquires
             for d in sorted(set(a.deps), key=lambda d: -int(clocks[d].sum())):
                 dtb, dpos = self.place[d]
                 if start[dtb] >= dpos:
                     continue
                 if d not in a.implicit:
                     self.syncs.append(Sync(d, index))
+                    kind = self._kind(acts[d].rank, a.rank)
+                    pre[kind] += 1
+                    before = _post_ops(posts[d])
+                    posts[d][kind] += 1
+                    self.ops[dtb] += _post_ops(posts[d]) - before
                 np.maximum(start, clocks[d], out=start)
+            self.ops[tb] += 2 + _groups(pre[0], 8) + _groups(pre[1], 8) + _groups(pre[2], 16)
             pos = len(self.tbs[tb])
             start[tb] = pos
             self.tbs[tb].append(index)
             self.place[index] = (tb, pos)
+            self.tail_pos[tb], self.tail_depth[tb] = pos, depth[index]
             tails[tb] = start
             if waiting[index]:
                 clocks[index] = start
@@ -96,25 +120,56 @@ class Layout:
                 if waiting[d] == 0:
                     del clocks[d]
 
-    def _choose(self, index: int, candidates: list[int], known: np.ndarray,
-                depth: list[int]) -> int | None:
+    def _kind(self, a: int, b: int) -> int:
+        """0: a memory channel, 1: a port channel, 2: a semaphore (one rank)."""
+        if a == b:
+            return 2
+        return 1 if self.kinds.get((a, b)) is Channel.PORT else 0
+
+    def _choose(self, index: int, rank: int, known: np.ndarray) -> int | None:
         """A threadblock whose tail this action depends on (the deepest); past the limit,
         the one free latest before it starts, else the one free first; ``None``: a new
         threadblock."""
-        open_ = [tb for tb in candidates if len(self.tbs[tb]) < self.cap]
-        chained = [tb for tb in open_ if known[tb] >= len(self.tbs[tb]) - 1]
-        if chained:
-            return max(chained, key=lambda tb: depth[self.tbs[tb][-1]])
-        if self.limit is None or len(candidates) < self.limit or self.times is None:
+        ids = np.asarray(self.by_rank[rank], dtype=np.int64)
+        if not ids.size:
             return None
-        start, finish = self.times
-        if not open_:
+        room = self.ops[ids] + ROOM <= self.budget
+        chained = room & (known[ids] >= self.tail_pos[ids])
+        if chained.any():
+            pick = ids[chained]
+            return int(pick[np.argmax(self.tail_depth[pick])])
+        if self.limit is None or ids.size < self.limit or self.times is None:
+            return None
+        if not room.any():
             return None  # every threadblock is full: the limit is exceeded, said later
-        free = [tb for tb in open_ if finish[self.tbs[tb][-1]] <= start[index]]
-        if free:
-            return max(free, key=lambda tb: finish[self.tbs[tb][-1]])
-        return min(open_, key=lambda tb: finish[self.tbs[tb][-1]])
+        start, finish = self.times
+        open_ = ids[room]
+        free_at = np.array([finish[self.tbs[tb][-1]] for tb in open_])
+        free = free_at <= start[index]
+        if free.any():  # prefer where its deps run (no sync), then the one freed last
+            holds = {self.place[d][0] for d in self.acts[index].deps}
+            score = [(tb in holds, at) for tb, at in zip(open_[free], free_at[free])]
+            return int(open_[free][max(range(len(score)), key=score.__getitem__)])
+        return int(open_[np.argmin(free_at)])
 
 
-def _grow(clock: np.ndarray, width: int) -> np.ndarray:
-    return np.concatenate([clock, np.full(width - clock.size, -1, np.int64)])
+ROOM = 8
+"""Operations an action may add to its threadblock: the nop and the operation, and room
+for the waits and semaphores before it."""
+
+
+def _groups(count: int, per: int) -> int:
+    return -(-count // per)
+
+
+def _post_ops(post: list[int]) -> int:
+    """Operations after an action for its signals and releases: a nop, then the signals
+    8 per operation and channel type, the releases 16."""
+    memory, port, releases = post
+    if not any(post):
+        return 0
+    return 1 + _groups(memory, 8) + _groups(port, 8) + _groups(releases, 16)
+
+
+def _grow(values: np.ndarray, width: int, fill: int = -1) -> np.ndarray:
+    return np.concatenate([values, np.full(width - values.size, fill, np.int64)])

@@ -16,7 +16,6 @@ threadblocks along the schedule's simulated timeline.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from ccweave.collectives import Kind
@@ -57,8 +56,9 @@ class ExportOptions:
     max_threadblocks: int = 80
 
 
-CAPS = (48, 28, 20, 14, 10, 7, 5, 3, 2, 1)
-"""Operations per threadblock tried, largest first, until every threadblock fits."""
+BUDGETS = (64, 56, 48, 40, 34, 28, 24, 20, 16)
+"""Operations per threadblock the layout aims at, largest first, until every threadblock
+fits the executor's 64 (its estimate of waits and signals is rough)."""
 
 
 # ---------------------------------------------------------------- pass 1: buffers
@@ -174,16 +174,14 @@ def lower(schedule: Schedule, topology: Topology, options: ExportOptions) -> Pla
     order = _order(acts)
     times = None
     problem = ""
-    for cap in CAPS:
-        layout = Layout(acts, order, cap, None)
+    for budget in BUDGETS:
+        layout = Layout(acts, order, budget, None, kinds=kinds)
         if max(layout.count(r) for r in range(sched.num_ranks)) > limit:
             if times is None:
                 times = _timeline(sched, topology, acts, options)
                 where = _position(order)
                 order = sorted(range(len(acts)), key=lambda a: (times[0][a], where[a]))
-            layout = Layout(acts, order, cap, limit, times)
-        if cap != CAPS[-1] and _most_operations(layout) > spec.LIMITS.operations_per_threadblock:
-            continue  # surely over: try fewer actions per threadblock before writing
+            layout = Layout(acts, order, budget, limit, times, kinds)
         doc = Emitter(sched, acts, layout, kinds, scratch, header).emit()
         problem = _overflow(doc, options)
         if not problem:
@@ -191,32 +189,6 @@ def lower(schedule: Schedule, topology: Topology, options: ExportOptions) -> Pla
     raise InputError(f"cannot export {sched.name or 'the schedule'} as an MSCCL++ plan: "
                      f"{problem}; use fewer chunks (--chunks), a schedule with fewer steps, or "
                      "raise --max-threadblocks where the GPU holds more at once")
-
-
-def _most_operations(layout: Layout) -> int:
-    """An upper bound of the operations of the fullest threadblock, as the emitter writes
-    them (waits and signals grouped 8 a channel type, semaphores 16, a nop on each side
-    of an action with syncs, the control's barriers)."""
-    acts = layout.acts
-    per_channel, per_sem = spec.LIMITS.channels_per_operation, \
-        spec.LIMITS.semaphores_per_operation
-    pre: dict[int, list[int]] = {}
-    post: dict[int, list[int]] = {}
-    for sync in layout.syncs:
-        pre.setdefault(sync.after, [0, 0])[acts[sync.before].rank == acts[sync.after].rank] += 1
-        post.setdefault(sync.before, [0, 0])[acts[sync.before].rank == acts[sync.after].rank] \
-            += 1
-    worst = 0
-    for tb in layout.tbs:
-        count = 2  # the barriers
-        for index in tb:
-            waits, acquires = pre.get(index, (0, 0))
-            signals, releases = post.get(index, (0, 0))
-            count += 2 + 2 * -(-waits // per_channel) + -(-acquires // per_sem)
-            if signals or releases:
-                count += 1 + 2 * -(-signals // per_channel) + -(-releases // per_sem)
-        worst = max(worst, count)
-    return worst
 
 
 def _order(acts: list[Action]) -> list[int]:
@@ -285,11 +257,10 @@ def notes(schedule: Schedule, topology: Topology, options: ExportOptions) -> lis
                      "puts (MSCCL++ channels pick the path); the algorithm stays correct, the "
                      "routes are not kept")
     coll = schedule.collective
-    chunks = max(coll.input_chunks, 1)
-    granule = spec.DEFAULT_ALIGNMENT * chunks * math.lcm(1, coll.output_chunks // chunks or 1)
+    granule = spec.DEFAULT_ALIGNMENT * coll.total_chunks
     found.append(f"{name}: the executor runs sizes that are multiples of {granule} bytes "
-                 f"({spec.DEFAULT_ALIGNMENT} x {chunks} chunks; checkMessageSize), and throws "
-                 "on others")
+                 f"({spec.DEFAULT_ALIGNMENT} x {coll.total_chunks} chunks; checkMessageSize), "
+                 "and throws on others")
     inplace = options.inplace
     if inplace is None:
         inplace = schedule.in_place or coll.kind is Kind.ALLREDUCE

@@ -1,0 +1,205 @@
+"""Section ``mscclpp`` of benchmarks/gpu_stacks.py (issue 41): MSCCL++ execution plans.
+
+1. MSCCL++'s 11 test plans (``../shared/fixtures/mscclpp/plans``), read unchanged: each
+   proven to implement its collective, or refused with the reason.
+2. Round trip: every strategy's schedule (ring, trees, hierarchical, flat-pipelined,
+   hierarchical-pipelined, flow, taccl) on dgx1, dgx-a100, dgx-h100, ndv2:2 and
+   dgx-a100:2, for each collective MSCCL++ serves (allreduce, allgather, reducescatter,
+   alltoall): exported as an MSCCL++ plan (with as many threadblocks as the machine's GPU
+   has SMs) and as MSCCL XML, read back, proven, and simulated at 1 MB and 256 MB: the
+   ratio to the schedule it came from. Where the schedule pins routes (which neither format
+   can say), the ratio to the schedule without them is shown beside (``unpinned++``).
+
+    nice python benchmarks/gpu_stacks.py --section mscclpp [--json FILE]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from ccweave.errors import CCWeaveError
+from ccweave.export import mscclpp
+from ccweave.export.msccl_xml import from_xml, to_xml
+from ccweave.export.mscclpp_write import ExportOptions
+from ccweave.simulate import simulate
+from ccweave.synth import strategies, synthesize
+from ccweave.topology import zoo
+from ccweave.verify import check
+
+PLANS = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "mscclpp" / "plans"
+MACHINES = ("dgx1", "dgx-a100", "dgx-h100", "ndv2:2", "dgx-a100:2")
+STRATEGIES = ("ring", "trees", "hierarchical", "flat-pipelined", "hierarchical-pipelined",
+              "flow", "taccl")
+KINDS = ("allreduce", "allgather", "reducescatter", "alltoall")
+SIZES = (2**20, 256 * 2**20)
+TOLERANCE = 0.02
+SMS = {"dgx1": 80, "ndv2": 80, "dgx-a100": 108, "dgx-h100": 132}
+"""SMs of each machine's GPU (V100 SXM2 80, A100 108, H100 SXM 132): the threadblocks an
+MSCCL++ plan may hold, one 1024-thread block resident per SM."""
+TACCL_SIZE = 64 * 2**20
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+def mscclpp_section(report: dict) -> None:
+    """Section ``mscclpp`` of benchmarks/gpu_stacks.py."""
+    started = time.perf_counter()
+    print(f"mscclpp: MSCCL++ execution plans, out and in (load {load():.2f})")
+    report["mscclpp"] = {"fixtures": fixtures(), "round_trips": round_trips(MACHINES,
+                                                                            STRATEGIES)}
+    print(f"mscclpp: {time.perf_counter() - started:.0f} s (load {load():.2f})")
+
+
+# ---------------------------------------------------------------- 1. fixtures
+
+
+def fixtures() -> list[dict[str, object]]:
+    print("\n1. MSCCL++'s test plans, read unchanged")
+    if not PLANS.is_dir():
+        print(f"   skipped: {PLANS} is missing")
+        return []
+    rows = []
+    for path in sorted(PLANS.glob("*.json")):
+        try:
+            verdict = mscclpp.judge(mscclpp.read(path))
+            row = {"plan": path.name, "read": True, "proven": verdict.ok,
+                   "verdict": verdict.message}
+        except CCWeaveError as error:
+            row = {"plan": path.name, "read": False, "proven": False,
+                   "verdict": f"refused: {error}"}
+        rows.append(row)
+        mark = "proven" if row["proven"] else "NOT proven" if row["read"] else "refused"
+        print(f"   {path.name:<27} {mark:<10} {row['verdict']}")
+    read = sum(r["read"] for r in rows)
+    proven = sum(r["proven"] for r in rows)
+    print(f"   fixture plans read {read}/{len(rows)} (the loader's own checks passed), proven "
+          f"{proven}/{len(rows)}, each other one refused or not proven with its reason above "
+          f"(load {load():.2f})")
+    return rows
+
+
+# ---------------------------------------------------------------- 2. round trip
+
+
+def _ratios(back, schedule, topology) -> list[float]:
+    return [simulate(back, topology, size).time_s / simulate(schedule, topology, size).time_s
+            for size in SIZES]
+
+
+def _mscclpp(schedule, topology, machine) -> dict[str, object]:
+    """Export as an MSCCL++ plan (in the schedule's own buffer mode, so the round trip
+    keeps every transfer), read back, prove, time."""
+    options = ExportOptions(inplace=schedule.in_place,
+                            max_threadblocks=SMS[machine.split(":")[0]])
+    start = time.perf_counter()
+    try:
+        plan = mscclpp.to_plan(schedule, topology, options)
+        back = mscclpp.from_data(json.loads(json.dumps(plan)), "round-trip")
+    except CCWeaveError as error:
+        return {"refused": str(error)}
+    seconds = time.perf_counter() - start
+    proof = check(back, topology)
+    return {"proven": proof.ok, "ratios": _ratios(back, schedule, topology),
+            "threadblocks": max(len(g["threadblocks"]) for g in plan["gpus"]),
+            "protocol": plan["protocol"], "seconds": seconds,
+            **({} if proof.ok else {"problem": proof.problems[0].message})}
+
+
+def _xml(schedule, topology) -> dict[str, object]:
+    try:
+        back = from_xml(to_xml(schedule))
+    except CCWeaveError as error:
+        return {"refused": str(error)}
+    proof = check(back, topology)
+    return {"proven": proof.ok, "ratios": _ratios(back, schedule, topology),
+            **({} if proof.ok else {"problem": proof.problems[0].message})}
+
+
+def _cell(result: dict[str, object], unpinned: list[float] | None) -> str:
+    if "refused" in result:
+        return f"{'refused':>17}"
+    ratios = result["ratios"]
+    text = " ".join(f"{r:7.4f}{'!' if abs(r - 1) > TOLERANCE else ' '}" for r in ratios)
+    return text + ("" if result["proven"] else " UNPROVEN")
+
+
+def round_trips(machines, names) -> list[dict[str, object]]:
+    print(f"\n2. Round trip: simulated time of what is read back / the schedule's, at 1 MB and "
+          f"256 MB ('!' past {TOLERANCE:.0%}); tbs: MSCCL++ threadblocks per GPU")
+    print(f"   {'machine':<10} {'strategy':<22} {'collective':<13} {'transfers':>9} "
+          f"{'MSCCL++ 1MB  256MB':>18} {'tbs':>4} {'MSCCL XML 1MB 256MB':>20} "
+          f"{'unpinned++':>17} load")
+    rows = []
+    registered = strategies()
+    for machine in machines:
+        topology = zoo.get(machine)
+        for name in names:
+            for kind in KINDS:
+                if kind not in {k.value for k in registered[name].collectives}:
+                    continue
+                options = {"size": TACCL_SIZE} if name == "taccl" else {}
+                try:
+                    schedule = synthesize(topology, kind, name, **options)
+                except CCWeaveError:
+                    continue  # the strategy does not build it here
+                row = _row(machine, name, kind, schedule, topology)
+                rows.append(row)
+    _summary(rows)
+    return rows
+
+
+def _row(machine, name, kind, schedule, topology) -> dict[str, object]:
+    pp = _mscclpp(schedule, topology, machine)
+    xml = _xml(schedule, topology)
+    pinned = sum(1 for t in schedule.transfers if t.via)
+    unpinned = None
+    if pinned and "ratios" in pp:
+        bare = replace(schedule, transfers=tuple(replace(t, via=None)
+                                                 for t in schedule.transfers))
+        back_times = [r * simulate(schedule, topology, s).time_s
+                      for r, s in zip(pp["ratios"], SIZES)]
+        unpinned = [b / simulate(bare, topology, s).time_s for b, s in zip(back_times, SIZES)]
+    row = {"machine": machine, "strategy": name, "collective": kind,
+           "transfers": len(schedule.transfers), "pinned": pinned, "mscclpp": pp, "xml": xml,
+           "mscclpp_unpinned": unpinned, "load": load()}
+    tbs = pp.get("threadblocks", "-")
+    extra = "" if unpinned is None else " ".join(
+        f"{r:7.4f}{'!' if abs(r - 1) > TOLERANCE else ' '}" for r in unpinned)
+    print(f"   {machine:<10} {name:<22} {kind:<13} {len(schedule.transfers):>9} "
+          f"{_cell(pp, unpinned)} {tbs:>4} {_cell(xml, None):>20} {extra:>17} {load():.2f}",
+          flush=True)
+    for fmt, result in (("MSCCL++", pp), ("MSCCL XML", xml)):
+        if "refused" in result:
+            print(f"      {fmt} refused: {result['refused']}")
+    return row
+
+
+def _summary(rows) -> None:
+    for fmt in ("mscclpp", "xml"):
+        done = [r for r in rows if "ratios" in r[fmt]]
+        worst = max(done, key=lambda r: max(abs(x - 1) for x in r[fmt]["ratios"]),
+                    default=None)
+        within = sum(all(abs(x - 1) <= TOLERANCE for x in r[fmt]["ratios"]) for r in done)
+        proven = sum(r[fmt]["proven"] for r in done)
+        refused = len(rows) - len(done)
+        name = "MSCCL++" if fmt == "mscclpp" else "MSCCL XML"
+        print(f"   {name}: {len(done)}/{len(rows)} exported and read back ({refused} refused), "
+              f"{proven} proven, {within} within {TOLERANCE:.0%} at both sizes", end="")
+        if worst is not None:
+            ratios = ", ".join(f"{x:.4f}" for x in worst[fmt]["ratios"])
+            print(f"; worst {worst['machine']} {worst['strategy']} {worst['collective']} "
+                  f"({ratios})")
+        else:
+            print()
+        unpinned = [r for r in rows if fmt == "mscclpp" and r["mscclpp_unpinned"]]
+        if unpinned:
+            within = sum(all(abs(x - 1) <= TOLERANCE for x in r["mscclpp_unpinned"])
+                         for r in unpinned)
+            print(f"      of the {len(unpinned)} with pinned routes, {within} within "
+                  f"{TOLERANCE:.0%} of the schedule without its routes")
