@@ -19,6 +19,7 @@ from ccweave.errors import InputError, VerificationError
 from ccweave.export import msccl_spec as spec
 from ccweave.export import msccl_xml, mscclpp, mscclpp_spec
 from ccweave.jsonfile import read_json
+from ccweave.lint import lint_written
 from ccweave.plan import Plan
 from ccweave.units import format_size, parse_size
 from ccweave.verify import check
@@ -96,9 +97,10 @@ def run(args) -> int:
                                       runtime=args.runtime)
     rows = [{**_summary(path), "replaced": replaced.get(str(path), False)} for path in files]
     notes = [note for entry in plan.entries for note in msccl_xml.export_notes(entry.schedule)]
+    warnings = _lint([row["file"] for row in rows if not row.get("config")], args.runtime)
     if args.json:
         _output.print_json({"input": args.input, "runtime": args.runtime, "files": rows,
-                            "notes": notes})
+                            "notes": notes, "lint": warnings})
         return 0
     for row in rows:
         wrote = _output.wrote(row["file"], row["replaced"])
@@ -114,6 +116,7 @@ def run(args) -> int:
             f"{_output.plain(row['proto'])}")
     for note in notes:
         _output.console.print(f"note: {_output.plain(note)}")
+    _print_lint(warnings)
     return 0
 
 
@@ -176,9 +179,10 @@ def _run_mscclpp(args) -> int:
             for path, _ in files]
     notes = [note for _, sched in files
              for note in mscclpp.notes(sched, topo, options)]
+    warnings = _lint([str(path) for path, _ in files], "mscclpp")
     if args.json:
         _output.print_json({"input": args.input, "format": "mscclpp", "topology": topo.name,
-                            "files": rows, "notes": notes})
+                            "files": rows, "notes": notes, "lint": warnings})
         return 0
     for row in rows:
         high = row["max_message_size"]
@@ -191,7 +195,22 @@ def _run_mscclpp(args) -> int:
             f"per threadblock; read back: {row['verdict']}")
     for note in notes:
         _output.console.print(f"note: {_output.plain(note)}")
+    _print_lint(warnings)
     return 0
+
+
+def _lint(paths: list[str], runtime: str) -> list[dict[str, str]]:
+    """``ccweave lint``'s findings on each written file that the file alone decides
+    (docs/lint.md): why the runtime would ignore it whatever the calls."""
+    return [{"file": path, "rule": f.rule, "line": f.line()}
+            for path in paths for f in lint_written(path, runtime).findings]
+
+
+def _print_lint(warnings: list[dict[str, str]]) -> None:
+    for warning in warnings:
+        _output.console.print(f"warning: {_output.plain(warning['file'])}: "
+                              f"{_output.plain(warning['line'])} (ccweave lint FILE --sizes "
+                              "... checks the calls too)", soft_wrap=True)
 
 
 def _topology(args, plan: Plan):
