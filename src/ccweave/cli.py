@@ -92,6 +92,26 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         say("ccweave: interrupted")
         return 130
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        # the reader went away (`ccweave topo show dgx1 --json | head`): stop quietly, as
+        # cat does, and keep Python from complaining again when it flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader has gone (a socket's broken pipe
+    is another matter)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 if __name__ == "__main__":
