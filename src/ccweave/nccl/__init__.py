@@ -11,4 +11,6 @@ example plugin reads, and the graph file ``NCCL_GRAPH_FILE`` loads (docs/nccl.md
   :mod:`ccweave.nccl.measured` and :mod:`ccweave.nccl.fit` fit the model to measurements.
 - :mod:`ccweave.nccl.graph_xml`: ccweave's intra-node ring and tree orders as NCCL's graph XML.
 - :mod:`ccweave.nccl.plugin`: load a built example tuner plugin and ask it what it chooses.
+- :mod:`ccweave.nccl.inspector`: NCCL Inspector's output read as calls;
+  :mod:`ccweave.nccl.explain` sets them beside the bound, the model and ccweave's best.
 """
