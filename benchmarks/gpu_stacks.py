@@ -12,7 +12,12 @@ consumers' own files or code. One section per stack; ``--section`` picks them.
   five machines exported as an MSCCL++ plan and as MSCCL XML, read back, proven and timed
   against itself (benchmarks/gpu_stacks_mscclpp.py).
 
-    nice python benchmarks/gpu_stacks.py [--section tuner] [--section mscclpp] [--json FILE]
+- ``lint``: why a runtime ignores an algorithm: each rule of RCCL, microsoft/msccl, the
+  Azure executor and MSCCL++'s NCCL shim caught on the input crafted to break it; upstream's
+  correct files pass (benchmarks/gpu_stacks_lint.py).
+
+    nice python benchmarks/gpu_stacks.py [--section tuner] [--section mscclpp] \
+        [--section lint] [--json FILE]
 
 Each section prints the 1-minute load average beside its figures; the peak RSS at the end.
 """
@@ -33,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from gpu_stacks_lint import lint_section
 from gpu_stacks_mscclpp import mscclpp_section
 
 from ccweave.peak_rss import peak_rss_bytes
@@ -294,7 +300,8 @@ def _regret(library: Path, path: Path, prior, truth, func: int, sizes: list[int]
 
 
 SECTIONS: dict[str, Callable[[dict], None]] = {"tuner": tuner_section,
-                                               "mscclpp": mscclpp_section}
+                                               "mscclpp": mscclpp_section,
+                                               "lint": lint_section}
 
 
 def main() -> int:
