@@ -324,8 +324,8 @@ def _env_enabled(head: _Header, call: Call, source: str) -> list[Finding]:
             findings.append(Finding(
                 "enabled", "RCCL_MSCCL_FORCE_ENABLE is not 1: RCCL selects MSCCL algorithms "
                 "only on machines its model table marks mscclEnabled (src/graph/"
-                "rome_models.cc: rome_model_56, 16 MI250X GCDs; rome_model_79, 8 MI300X on "
-                "one xGMI mesh), elsewhere every call falls back",
+                "rome_models.cc: rome_model_56, 16 GPUs on 4 CPUs; rome_model_79, 8 GPUs "
+                "each linked to all 7 others, as MI300X), elsewhere every call falls back",
                 "export RCCL_MSCCL_FORCE_ENABLE=1 in the job's environment", note=True))
         return findings
     if env_int(env, "NCCL_MSCCL_ENABLE") == 0:

@@ -167,6 +167,12 @@ def _row(kind: Kind, size: int, algo: str | None, proto: str | None, group: list
             flags.append(f"NCCL ran {ran} where its model of {topology.name} picks "
                          f"{choice.algorithm}/{choice.protocol} (within {FASTER_BY:.0%}): "
                          "the model's figures are close here")
+    if time_s < bound_s:
+        inside = (", or NCCL reduced inside the switch (NVLS, SHARP), which the bound does not "
+                  "model" if kind.is_reduction else "")
+        flags.append(f"measured faster than the bound ({time_s / bound_s:.2f} of it): "
+                     f"{topology.name} is slower than the machine the records come from"
+                     f"{inside}; compare with a topology of that machine (ccweave topo import)")
     offered = [o for name, o in simulated.items() if chosen is None or name in chosen]
     ccweave = min(offered, key=lambda o: o.time_s) if offered else None
     nccl_algo = algo or choice.algorithm
