@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ccweave.cli import main
 from ccweave.errors import InputError
@@ -250,3 +252,22 @@ def test_a_run_faster_than_the_bound_says_the_topology_is_not_that_machine(tmp_p
                for f in allreduce.flags)
     reducescatter = next(r for r in rows if r.collective.value == "reducescatter")
     assert not any("bound" in f for f in reducescatter.flags)
+
+
+@settings(max_examples=60, deadline=None)
+@given(field=st.sampled_from(["n_ranks", "nnodes", "coll", "coll_msg_size_bytes",
+                              "coll_exec_time_us", "coll_busbw_gbs", "kernel_events"]),
+       value=st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                       st.floats(allow_nan=False), st.text(max_size=8),
+                       st.lists(st.integers(), max_size=3)))
+def test_any_field_value_is_read_or_refused_in_one_line(tmp_path_factory, field, value):
+    data = json.loads(record("ReduceScatter", 2**20, 100))
+    (data["header"] if field in ("n_ranks", "nnodes") else data["coll_perf"])[field] = value
+    path = tmp_path_factory.mktemp("r") / "r.json"
+    path.write_text(json.dumps(data))
+    try:
+        calls = read([path]).calls
+    except InputError as error:
+        assert "\n" not in str(error) and str(error).startswith(str(path))
+        return
+    assert all(c.time_s > 0 and c.size_bytes > 0 and c.ranks >= 1 for c in calls)

@@ -252,3 +252,25 @@ def test_a_file_of_the_wrong_kind_for_the_runtime_is_refused(tmp_path):
     other.write_text("<system/>")
     with pytest.raises(InputError, match="not an MSCCL <algo>"):
         lint(other, "rccl")
+
+
+@needs_fixtures
+@settings(max_examples=60, deadline=None)
+@given(values=st.dictionaries(
+    st.sampled_from(["coll", "ngpus", "nchunksperloop", "nchannels", "minBytes", "maxBytes",
+                     "inplace", "outofplace", "proto"]),
+    st.one_of(st.text(alphabet=st.characters(blacklist_categories=("Cs",),
+                                             blacklist_characters='"<>&'), max_size=12),
+              st.integers(-2**70, 2**70).map(str)), max_size=4),
+    runtime=st.sampled_from(["rccl", "msccl", "azure"]))
+def test_any_header_value_gives_findings_or_one_input_error(values, runtime):
+    """Whatever a file's header says, lint answers with findings or refuses it in one
+    line; it never fails inside."""
+    text = _ring(Runtime(runtime), **values)
+    call = Call(ranks=8, sizes=(MB, 3 * MB), env={"NCCL_MAX_NCHANNELS": "4"})
+    try:
+        report = lint_xml_text(text, "x.xml", runtime, call)
+    except InputError as error:
+        assert "\n" not in str(error)
+        return
+    assert all("\n" not in f.line() for f in report.findings)

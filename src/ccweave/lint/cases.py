@@ -45,7 +45,8 @@ def set_attributes(text: str, element: str = "algo", **values: str) -> str:
     tag = match.group(0)
     for name, value in values.items():
         if re.search(rf'\s{name}="[^"]*"', tag):
-            tag = re.sub(rf'(\s{name}=)"[^"]*"', rf'\g<1>"{value}"', tag)
+            tag = re.sub(rf'(\s{name}=)"[^"]*"',
+                         lambda m, v=value: f'{m.group(1)}"{v}"', tag)
         else:
             tag = tag[:-1] + f' {name}="{value}">'
     return text[:match.start()] + tag + text[match.end():]

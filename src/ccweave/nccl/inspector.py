@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ccweave.collectives import Collective, Kind
+from ccweave.collectives import Kind
 from ccweave.errors import InputError
 from ccweave.nccl import constants as C
 
@@ -199,7 +199,17 @@ def _busbw(value: object, kind: Kind, size: int, time_s: float, ranks: int) -> f
     """The record's bus bandwidth, or nccl-tests' where it wrote "nan"."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
-    return size / time_s / 1e9 * Collective(kind, ranks).busbw_factor
+    return size / time_s / 1e9 * busbw_factor(kind, ranks)
+
+
+def busbw_factor(kind: Kind, ranks: int) -> float:
+    """nccl-tests' busbw / algbw, as the Inspector's ``inspectorComputeOpBw`` takes it (for
+    any count of ranks a record may claim)."""
+    if kind is Kind.ALLREDUCE:
+        return 2 * (ranks - 1) / ranks
+    if kind in PER_RANK:
+        return (ranks - 1) / ranks
+    return 1.0
 
 
 def _field(data: dict, key: str, kind: type, place: str, prefix: str = ""):
@@ -298,7 +308,7 @@ def _bucket(entry: dict, skipped: dict[str, int]) -> Call | None:
     if time_s <= 0:
         _count(skipped, "buckets of 0 us")
         return None
-    factor = Collective(kind, ranks).busbw_factor
+    factor = busbw_factor(kind, ranks)
     implied = busbw / factor * 1e9 * time_s if factor else 0.0
     size = int(implied) if low <= implied < high else (low + high) // 2
     algorithm, protocol = _algo_proto(labels.get("algo_proto", ""))
