@@ -121,6 +121,14 @@ def _xml(schedule, topology) -> dict[str, object]:
             **({} if proof.ok else {"problem": proof.problems[0].message})}
 
 
+def _pair(ratios) -> str:
+    if ratios is None:
+        return ""
+    if isinstance(ratios, str):
+        return f"refused ({ratios[:60]})"
+    return " ".join(f"{r:7.4f}{'!' if abs(r - 1) > TOLERANCE else ' '}" for r in ratios)
+
+
 def _cell(result: dict[str, object], unpinned: list[float] | None) -> str:
     if "refused" in result:
         return f"{'refused':>17}"
@@ -134,7 +142,7 @@ def round_trips(machines, names) -> list[dict[str, object]]:
           f"256 MB ('!' past {TOLERANCE:.0%}); tbs: MSCCL++ threadblocks per GPU")
     print(f"   {'machine':<10} {'strategy':<22} {'collective':<13} {'transfers':>9} "
           f"{'MSCCL++ 1MB  256MB':>18} {'tbs':>4} {'MSCCL XML 1MB 256MB':>20} "
-          f"{'unpinned++':>17} load")
+          f"{'unpinned++':>17} {'unpinned XML':>17} load")
     rows = []
     registered = strategies()
     for machine in machines:
@@ -154,26 +162,66 @@ def round_trips(machines, names) -> list[dict[str, object]]:
     return rows
 
 
+def _unpinned(result, schedule, topology) -> list[float] | None:
+    """The read-back time over the schedule's without its pinned routes (what neither
+    format can say), or None when it pins none."""
+    if "ratios" not in result or not any(t.via for t in schedule.transfers):
+        return None
+    bare = replace(schedule, transfers=tuple(replace(t, via=None) for t in schedule.transfers))
+    return [r * simulate(schedule, topology, s).time_s / simulate(bare, topology, s).time_s
+            for r, s in zip(result["ratios"], SIZES)]
+
+
+def _spread(schedule, local_only: bool):
+    """The schedule with its transfers dealt over 16 channels (round robin per rank pair;
+    only local copies and reductions with ``local_only``): MSCCL XML's export gives each
+    (peer, channel) one threadblock and each channel's local steps one more."""
+    seen: dict[tuple[int, int], int] = {}
+    rows = []
+    for t in schedule.transfers:
+        if local_only and not t.is_local:
+            rows.append(t)
+            continue
+        k = seen.get((t.src, t.dst), 0)
+        seen[(t.src, t.dst)] = k + 1
+        rows.append(replace(t, channel=k % 16))
+    return replace(schedule, transfers=tuple(rows))
+
+
+def _xml_cause(schedule, topology, xml) -> dict[str, object] | None:
+    """Where MSCCL XML misses, the same schedule with its local steps, then all its
+    transfers, on separate channels: if that closes the gap, threadblock order was it."""
+    if "ratios" not in xml or all(abs(r - 1) <= TOLERANCE for r in xml["ratios"]):
+        return None
+    found = {}
+    for label, local_only in (("locals_spread", True), ("all_spread", False)):
+        try:
+            found[label] = _ratios(from_xml(to_xml(_spread(schedule, local_only))), schedule,
+                                   topology)
+        except CCWeaveError as error:
+            found[label] = str(error)
+    return found
+
+
 def _row(machine, name, kind, schedule, topology) -> dict[str, object]:
     pp = _mscclpp(schedule, topology, machine)
     xml = _xml(schedule, topology)
-    pinned = sum(1 for t in schedule.transfers if t.via)
-    unpinned = None
-    if pinned and "ratios" in pp:
-        bare = replace(schedule, transfers=tuple(replace(t, via=None)
-                                                 for t in schedule.transfers))
-        back_times = [r * simulate(schedule, topology, s).time_s
-                      for r, s in zip(pp["ratios"], SIZES)]
-        unpinned = [b / simulate(bare, topology, s).time_s for b, s in zip(back_times, SIZES)]
+    unpinned = _unpinned(pp, schedule, topology)
+    xml_unpinned = _unpinned(xml, schedule, topology)
+    cause = _xml_cause(schedule, topology, xml)
     row = {"machine": machine, "strategy": name, "collective": kind,
-           "transfers": len(schedule.transfers), "pinned": pinned, "mscclpp": pp, "xml": xml,
-           "mscclpp_unpinned": unpinned, "load": load()}
+           "transfers": len(schedule.transfers),
+           "pinned": sum(1 for t in schedule.transfers if t.via), "mscclpp": pp, "xml": xml,
+           "mscclpp_unpinned": unpinned, "xml_unpinned": xml_unpinned, "xml_cause": cause,
+           "load": load()}
     tbs = pp.get("threadblocks", "-")
-    extra = "" if unpinned is None else " ".join(
-        f"{r:7.4f}{'!' if abs(r - 1) > TOLERANCE else ' '}" for r in unpinned)
     print(f"   {machine:<10} {name:<22} {kind:<13} {len(schedule.transfers):>9} "
-          f"{_cell(pp, unpinned)} {tbs:>4} {_cell(xml, None):>20} {extra:>17} {load():.2f}",
-          flush=True)
+          f"{_cell(pp, unpinned)} {tbs:>4} {_cell(xml, None):>20} {_pair(unpinned):>17} "
+          f"{_pair(xml_unpinned):>17} {load():.2f}", flush=True)
+    if cause:
+        print("      MSCCL XML with local steps on their own channels: "
+              f"{_pair(cause['locals_spread'])}; with every transfer spread: "
+              f"{_pair(cause['all_spread'])}")
     for fmt, result in (("MSCCL++", pp), ("MSCCL XML", xml)):
         if "refused" in result:
             print(f"      {fmt} refused: {result['refused']}")
@@ -197,9 +245,9 @@ def _summary(rows) -> None:
                   f"({ratios})")
         else:
             print()
-        unpinned = [r for r in rows if fmt == "mscclpp" and r["mscclpp_unpinned"]]
+        key = "mscclpp_unpinned" if fmt == "mscclpp" else "xml_unpinned"
+        unpinned = [r for r in rows if r[key]]
         if unpinned:
-            within = sum(all(abs(x - 1) <= TOLERANCE for x in r["mscclpp_unpinned"])
-                         for r in unpinned)
+            within = sum(all(abs(x - 1) <= TOLERANCE for x in r[key]) for r in unpinned)
             print(f"      of the {len(unpinned)} with pinned routes, {within} within "
                   f"{TOLERANCE:.0%} of the schedule without its routes")

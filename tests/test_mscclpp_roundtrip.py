@@ -142,7 +142,7 @@ def test_random_schedules_keep_their_meaning(case, protocol):
             simulate(sched, topo, 2**20).time_s, rel=1e-9)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(topo=host_staged(max_ranks=5), kind=st.sampled_from(["allreduce", "allgather"]))
 def test_host_staged_pairs_use_port_channels(topo, kind):
     """Ranks whose route passes a CPU cannot load each other's memory: port channels, and
@@ -151,3 +151,21 @@ def test_host_staged_pairs_use_port_channels(topo, kind):
     _, back = _back(replace(sched, transfers=tuple(replace(t, via=None)
                                                    for t in sched.transfers)), topo)
     assert check(back, topo).ok
+
+
+def test_a_rank_with_many_peers_gets_more_control_threadblocks():
+    """An alltoall across two 8-GPU nodes: rank 0 shakes hands with 15 peers, 8 of them
+    through port channels, and waits for pwsf signals from more: past 16 channels of a
+    type, a second control threadblock takes the rest (MAX_CHANNEL)."""
+    topo = zoo.get("ndv2:2")
+    sched = synthesize(topo, "alltoall", "flow")
+    plan, back = _back(sched, topo)
+    controls = [tb for tb in plan["gpus"][0]["threadblocks"]
+                if tb["ops"][0]["name"] in ("rlxsignal", "barrier")
+                and not any(op["name"] in ("put", "pwsf", "rre", "re", "copy")
+                            for op in tb["ops"])]
+    assert len(controls) >= 2
+    assert all(len(c["channel_ids"]) <= 16 for tb in plan["gpus"][0]["threadblocks"]
+               for c in tb["channels"])
+    assert check(back, topo).ok
+    assert _ratios(back, sched, topo) == pytest.approx([1.0, 1.0], rel=1e-9)

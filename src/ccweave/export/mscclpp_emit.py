@@ -9,7 +9,8 @@ channel: it serves one sync to its peer, and where none needs it, the peer's con
 threadblock waits for it at the end (every signal is waited for, so the next call starts
 with none pending).
 
-A Simple plan has a control threadblock (id 0) per GPU: it tells its peers (the ranks
+A Simple plan has a control threadblock (id 0; more where one would hold more than 16
+channels of a type) per GPU: it tells its peers (the ranks
 whose memory it reads or writes, or that reach its memory) that it has entered the call
 and waits until they have, then a ``barrier`` releases the others; at the end, after a
 ``barrier``, it says it is done and waits until they are. So no rank touches a peer's
@@ -99,12 +100,6 @@ class Emitter:
 
     def _index(self) -> None:
         layout, acts = self.layout, self.acts
-        self.local: dict[int, int] = {}
-        self.tbs_of: dict[int, list[int]] = defaultdict(list)
-        first = 1 if self.control else 0
-        for tb, rank in enumerate(layout.tb_rank):
-            self.local[tb] = first + len(self.tbs_of[rank])
-            self.tbs_of[rank].append(tb)
         self.incoming: dict[int, list[Sync]] = defaultdict(list)
         self.outgoing: dict[int, list[Sync]] = defaultdict(list)
         befores: dict[tuple[int, int], set[int]] = defaultdict(set)
@@ -132,6 +127,41 @@ class Emitter:
                 self.drains[a.peer].append(index)  # type: ignore[index]
         self.peers = {(min(a.rank, r.rank), max(a.rank, r.rank)) for a in acts
                       for r in (*a.src, *a.dst) if r.rank != a.rank}
+        self._controls()
+        self.local: dict[int, int] = {}
+        self.tbs_of: dict[int, list[int]] = defaultdict(list)
+        for tb, rank in enumerate(layout.tb_rank):
+            self.local[tb] = self.controls[rank] + len(self.tbs_of[rank])
+            self.tbs_of[rank].append(tb)
+
+    def _controls(self) -> None:
+        """How many control threadblocks each rank needs, and which holds each peer's
+        handshake and each drained pwsf's channel: at most 16 channels of a type each."""
+        self.controls: dict[int, int] = defaultdict(int)
+        self.ctrl_of: dict[tuple[int, tuple], int] = {}
+        if not self.control:
+            return
+        per = spec.LIMITS.channels_per_threadblock
+        for rank in range(self.n):
+            items: list[tuple] = [("peer", p) for p in sorted(
+                {b if a == rank else a for a, b in self.peers if rank in (a, b)})]
+            items += sorted({("drain", self.acts[i].rank, self.layout.place[i][0])
+                             for i in self.drains.get(rank, [])})
+            used: list[dict[Channel, int]] = []
+            for item in items:
+                kind = self.kinds[(rank, item[1])]
+                k = next((k for k, u in enumerate(used) if u[kind] < per), len(used))
+                if k == len(used):
+                    used.append({Channel.MEMORY: 0, Channel.PORT: 0})
+                used[k][kind] += 1
+                self.ctrl_of[(rank, item)] = k
+            self.controls[rank] = max(1, len(used))
+
+    def _drain_key(self, index: int) -> _Key:
+        """The control threadblock that waits for pwsf ``index``'s unserved signal."""
+        a = self.acts[index]
+        return a.peer, self.ctrl_of[(a.peer, ("drain", a.rank,  # type: ignore[index]
+                                              self.layout.place[index][0]))]
 
     def _key(self, action: int) -> _Key:
         return self.acts[action].rank, self.local[self.layout.place[action][0]]
@@ -160,12 +190,13 @@ class Emitter:
                 self._pair(self._key(sync.before), self._key(sync.after))
         for index, a in enumerate(acts):
             if a.name is OpName.PUT_WITH_SIGNAL_AND_FLUSH and index not in self.rides:
-                self._pair(self._key(index), (a.peer, 0))  # type: ignore[arg-type]
+                self._pair(self._key(index), self._drain_key(index))
             elif a.name is OpName.READ_PUT_PACKETS:
                 self._pair(self._key(index), self._key(self.reader[index]))
         if self.control:
             for ra, rb in sorted(self.peers):
-                self._pair((ra, 0), (rb, 0))
+                self._pair((ra, self.ctrl_of[(ra, ("peer", rb))]),
+                           (rb, self.ctrl_of[(rb, ("peer", ra))]))
         self.semaphore: dict[tuple[int, int], int] = {}
         for sync in layout.syncs:
             rank = acts[sync.before].rank
@@ -192,8 +223,8 @@ class Emitter:
     def _gpu(self, rank: int) -> Gpu:
         coll = self.schedule.collective
         tbs = self.tbs_of[rank]
-        count = len(tbs) + self.control
-        blocks = [self._control(rank, count)] if self.control else []
+        count = len(tbs) + self.controls[rank]
+        blocks = [self._control(rank, k, count) for k in range(self.controls[rank])]
         blocks += [self._data(tb, count) for tb in tbs]
         channels = tuple(GpuChannel(kind, tuple(self.peer_channels[rank][kind]))
                          for kind in (Channel.MEMORY, Channel.PORT)
@@ -210,16 +241,18 @@ class Emitter:
                    self.scratch.chunks(rank, self.header.protocol == spec.LL), threadblocks,
                    channels, remote, tuple(self.semaphores[rank]))
 
-    def _control(self, rank: int, count: int) -> _Tb:
-        t = _Tb(rank, 0)
-        peers = sorted({b if a == rank else a for a, b in self.peers if rank in (a, b)})
-        handshake = [self._chan(t, (p, 0)) for p in peers]
+    def _control(self, rank: int, k: int, count: int) -> _Tb:
+        t = _Tb(rank, k)
+        mine = [item for (r, item), c in self.ctrl_of.items() if r == rank and c == k]
+        handshake = [self._chan(t, (p, self.ctrl_of[(p, ("peer", rank))]))
+                     for kind, p, *_ in mine if kind == "peer"]
         self._grouped(t, OpName.RELAXED_SIGNAL, handshake)
         self._grouped(t, OpName.RELAXED_WAIT, handshake)
         t.ops.append(Op(OpName.BARRIER, barrier_id=0, num_threadblocks=count))
         t.ops.append(Op(OpName.BARRIER, barrier_id=0, num_threadblocks=count))
         self._grouped(t, OpName.WAIT, [self._chan(t, self._key(i))
-                                       for i in self.drains.get(rank, [])])
+                                       for i in self.drains.get(rank, [])
+                                       if self._drain_key(i) == (rank, k)])
         self._grouped(t, OpName.SIGNAL, handshake)
         self._grouped(t, OpName.WAIT, handshake)
         return t
@@ -283,7 +316,7 @@ class Emitter:
         channel_ids: tuple[int, ...] = ()
         if a.name is OpName.PUT_WITH_SIGNAL_AND_FLUSH:
             ride = self.rides.get(index)
-            peer = self._key(ride.after) if ride is not None else (a.peer, 0)
+            peer = self._key(ride.after) if ride is not None else self._drain_key(index)
             channel_ids = (self._chan(t, peer)[1],)  # type: ignore[arg-type]
         elif a.name is OpName.READ_PUT_PACKETS:
             channel_ids = (self._chan(t, self._key(self.reader[index]))[1],)
