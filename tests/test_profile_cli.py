@@ -51,6 +51,17 @@ def test_profile_needs_ranks(capsys):
     assert "size 'big'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("flag", "value", "says"), [
+    ("--timeout", "1e300", "at most 604800"), ("--timeout", "nan", "positive number"),
+    ("--iters", "0", "from 1 to"), ("--iters", "10000001", "from 1 to"),
+    ("--warmup", "-1", "from 0 to")])
+def test_profile_refuses_what_run_refuses_before_any_rank_starts(capsys, flag, value, says):
+    """The same checks as ``run``'s (a timeout of 1e300 overflowed in every rank)."""
+    assert main(["profile", "--nproc", "2", flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and flag in err and says in err
+
+
 @pytest.mark.skipif(cuda.unavailable_reason() is None, reason="a GPU is here")
 def test_cuda_copies_say_why_they_are_skipped():
     assert "no CUDA GPU" in cuda.unavailable_reason()

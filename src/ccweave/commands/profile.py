@@ -8,7 +8,6 @@ Started by hand it launches ``--nproc`` local ranks (gloo over loopback, NCCL, o
 from __future__ import annotations
 
 import argparse
-import math
 
 from ccweave import outfile
 from ccweave.commands import _inputs, _output
@@ -108,10 +107,9 @@ def _check(args) -> None:
         raise InputError("--no-pairs keeps the link figures of --base TOPO: give --base")
     if args.calibrate:
         _inputs.sizes(args.calibrate_sizes)
-    if args.iters < 1 or args.warmup < 0:
-        raise InputError("--iters must be >= 1 and --warmup >= 0")
-    if not 0 < args.timeout < math.inf:
-        raise InputError(f"--timeout {args.timeout}: give a positive number of seconds")
+    _inputs.count(args.iters, "--iters", 1)
+    _inputs.count(args.warmup, "--warmup", 0)
+    _inputs.timeout(args.timeout)  # the same checks as run's: 1e300 overflowed every rank
 
 
 def worker_argv(args, out: str) -> list[str]:
