@@ -17,7 +17,7 @@ from ccweave import plan as plan_io
 from ccweave.commands import _inputs, _output
 from ccweave.errors import InputError, VerificationError
 from ccweave.export import msccl_spec as spec
-from ccweave.export import msccl_xml, mscclpp, mscclpp_spec
+from ccweave.export import msccl_xml, mscclpp, mscclpp_spec, ncclize
 from ccweave.jsonfile import read_json
 from ccweave.lint import lint_written
 from ccweave.plan import Plan
@@ -56,6 +56,16 @@ def add_parser(subparsers) -> None:
                         choices=[r.value for r in spec.Runtime],
                         help="msccl: microsoft/msccl (MSCCL_XML_FILES / MSCCL_CONFIG); azure: "
                              "the Azure MSCCL executor (MSCCL_ALGO_DIR)")
+    parser.add_argument("--channel-policy", default=ncclize.ChannelPolicy.AS_SCHEDULED.value,
+                        choices=[p.value for p in ncclize.ChannelPolicy],
+                        help="msccl: which channels transfers take, as TACCL's ncclize: "
+                             "as-scheduled (default), one, match-topology (TACCL's default: "
+                             "a connection's transfers take its links' channels in turn), "
+                             "max-concurrency (a step's transfers on one connection side by "
+                             "side)")
+    parser.add_argument("--scale-remote", type=int, default=1, metavar="K",
+                        help="with --channel-policy match-topology: K times the channels on "
+                             "connections between nodes (TACCL's --scale-remote)")
     parser.add_argument("--max-bytes", metavar="SIZE",
                         help="largest size one schedule serves, e.g. 1GB (default: no limit)")
     parser.add_argument("--unverified", action="store_true",
@@ -73,6 +83,7 @@ def run(args) -> int:
         raise InputError(f"--proto {args.proto}: MSCCL XML is {', '.join(spec.PROTOCOLS)}")
     plan = _load(args.input)
     _proven(plan, args.input, args.unverified)
+    plan = _with_channel_policy(args, plan)
     if not args.output.strip():
         raise InputError("-o '': give an .xml file (one schedule) or a directory (a plan)")
     output = Path(args.output)
@@ -118,6 +129,25 @@ def run(args) -> int:
         _output.console.print(f"note: {_output.plain(note)}")
     _print_lint(warnings)
     return 0
+
+
+def _with_channel_policy(args, plan: Plan) -> Plan:
+    """``plan`` with ``--channel-policy`` (and ``--scale-remote``) applied to each
+    schedule (:mod:`ccweave.export.ncclize`)."""
+    policy = ncclize.ChannelPolicy.parse(args.channel_policy)
+    if policy is ncclize.ChannelPolicy.AS_SCHEDULED and args.scale_remote == 1:
+        return plan
+    topology = None
+    if policy is ncclize.ChannelPolicy.MATCH_TOPOLOGY:
+        try:
+            topology = _topology(args, plan)
+        except InputError as error:
+            raise InputError(f"--channel-policy match-topology counts the links joining each "
+                             f"pair: {error}") from None
+    return replace(plan, entries=tuple(
+        replace(entry, schedule=ncclize.apply(entry.schedule, policy, topology,
+                                              args.scale_remote))
+        for entry in plan.entries))
 
 
 def _load(path: str) -> Plan:
