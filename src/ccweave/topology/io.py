@@ -1,19 +1,21 @@
 """Topology files (JSON, see docs/topology-format.md) and the one way to name a topology.
 
-``load("dgx-a100:2")`` takes a zoo name; ``load("my-cluster.json")`` a file. Every error
-names the file and the field, and says what to write instead.
+``load("dgx-a100:2")`` takes a zoo name; ``load("my-cluster.json")`` a file, also a TACCL
+``custom`` profile (:mod:`.taccl_custom`), ``load("custom.json:2")`` two nodes of one.
+Every error names the file and the field, and says what to write instead.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 from ccweave import limits
 from ccweave.errors import TopologyError
 from ccweave.jsonfile import read_json
-from ccweave.topology import cost, provenance, zoo
+from ccweave.topology import cost, provenance, taccl_custom, zoo
 from ccweave.topology.model import Link, NodeKind, Topology
 from ccweave.topology.plausible import check_bandwidth, check_latency
 from ccweave.units import GB_PER_S, US, shown
@@ -35,6 +37,17 @@ def load(spec: str | Path) -> Topology:
     """A topology from a zoo name (``ndv2:2``) or a JSON file path; checked for connectivity."""
     text = str(spec)
     path = Path(text)
+    copies = re.fullmatch(r"(.+\.json):(\d+)", text, re.IGNORECASE)
+    if copies and not _exists(path):  # FILE.json:K, K nodes of a TACCL custom profile
+        data = read_json(copies[1], "give a TACCL custom profile (links, betas, invbws "
+                                    "matrices) before :K", TopologyError)
+        if not taccl_custom.is_custom(data):
+            raise TopologyError(f"{text}: FILE:K joins K nodes of a TACCL custom profile; "
+                                f"{copies[1]} is not one (a ccweave topology file names all "
+                                "its nodes)")
+        topology = taccl_custom.machine(data, copies[1], int(copies[2]))
+        topology.check_connected()
+        return topology
     if path.suffix.lower() in (".json", ".yaml", ".yml") or _exists(path):
         topology = read(path)
         try:
@@ -70,6 +83,8 @@ def from_dict(data: object, source: str = "topology") -> Topology:
     if not isinstance(data, dict):
         raise TopologyError(f"{source}: the top level must be an object with fields "
                             "name, ranks, fabric, links, groups")
+    if taccl_custom.is_custom(data):
+        return taccl_custom.machine(data, source)
     if _TACCL_PROFILE & set(data):
         raise TopologyError(f"{source}: a TACCL profiled topology (link costs per link class, "
                             "no machine); name the machine and give the file for its costs: "

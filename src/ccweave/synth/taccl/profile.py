@@ -78,9 +78,10 @@ def from_dict(data: object, source: str, chunk_bytes: float = DEFAULT_CHUNK_BYTE
         raise InputError(f"{source}: a TACCL profile is a JSON object with fields "
                          "gpus_per_node, alpha, node_betas_list, remote_alpha, remote_beta")
     if _CUSTOM & set(data):
-        raise InputError(f"{source}: TACCL 'custom' profiles (links/betas/invbws matrices) "
-                         "are not read; give node_betas_list for a known machine, or write a "
-                         "ccweave topology file (docs/topology-format.md)")
+        raise InputError(f"{source}: a TACCL 'custom' profile (links/betas/invbws matrices) "
+                         "is a machine of its own, as TACCL's 'custom' topology: give it "
+                         f"where the machine goes, e.g. ccweave synth {source}:2 allgather "
+                         "--strategy taccl (two nodes)")
     unknown = sorted(set(data) - FIELDS)
     if unknown:
         raise InputError(f"{source}: unknown field {unknown[0]!r} in a TACCL profile; known: "
