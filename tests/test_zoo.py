@@ -7,7 +7,7 @@ import pytest
 from ccweave.errors import TopologyError
 from ccweave.topology import io, zoo
 
-SERVERS = ["dgx1", "ndv2", "dgx2", "dgx-a100", "dgx-h100", "mist", "cedar"]
+SERVERS = ["dgx1", "ndv2", "dgx2", "dgx-a100", "dgx-a100-4nic", "dgx-h100", "mist", "cedar"]
 
 
 @pytest.mark.parametrize("name", [*SERVERS, "ndv2:2", "dgx2:2", "dgx-a100:4", "ring:8",
@@ -45,6 +45,24 @@ def test_dgx_a100_nics_are_one_per_gpu():
     nics = [name for name, kind in topo.fabric.items() if kind.value == "nic"]
     assert len(nics) == 16
     assert topo.in_bandwidth(0) == pytest.approx(300e9 + 32e9)
+
+
+def test_dgx_a100_with_four_nics_shares_each_between_a_gpu_pair():
+    """microsoft/msccl-tools#46: three DGX A100, each with 4 x 200 Gb/s NICs, on one
+    switch. Each NIC sits on a PCIe4 switch with a GPU pair; the NVSwitch figures are the
+    DGX A100's."""
+    topo = zoo.get("dgx-a100-4nic:3")
+    assert topo.num_ranks == 24
+    nics = [name for name, kind in topo.fabric.items() if kind.value == "nic"]
+    assert len(nics) == 12
+    for pair in range(4):
+        a, b = 2 * pair, 2 * pair + 1
+        ways = [{topo.links[i].dst for i in topo.route(r, 8 + r)} for r in (a, b)]
+        assert f"n0.nic{pair}" in ways[0] & ways[1]
+        assert min(topo.links[i].bandwidth for i in topo.route(a, 8 + a)) == \
+            pytest.approx(25e9)
+    assert topo.in_bandwidth(0) == pytest.approx(300e9 + 32e9)
+    assert zoo.get("dgx-a100:3").num_ranks == 24  # the 8-NIC machine keeps its name
 
 
 def test_mist_has_no_direct_gpu_link_across_sockets():

@@ -147,6 +147,15 @@ def _dgx_a100() -> _Parts:
                      "(25 GB/s), one per GPU over PCIe4")
 
 
+def _dgx_a100_4nic() -> _Parts:
+    return _switched(8, 300.0, 0.7, 25.0, 2, PCIE4_GBPS,
+                     "DGX A100 with 4 compute NICs: NVSwitch, 12 NVLink3 = 300 GB/s per GPU per "
+                     "direction (600 GB/s bidirectional, NVIDIA's DGX A100 architecture: "
+                     "https://developer.nvidia.com/blog/defining-ai-innovation-with-dgx-a100); "
+                     "4 x 200 Gb/s HDR NICs (25 GB/s), one per PCIe4 switch shared by a GPU "
+                     "pair, as in microsoft/msccl-tools#46 (three such nodes on one switch)")
+
+
 def _dgx_h100() -> _Parts:
     return _switched(8, 450.0, 0.7, 50.0, 1, PCIE5_GBPS,
                      "DGX H100: NVSwitch, 18 NVLink4 = 450 GB/s per GPU; 8 x 400 Gb/s NICs "
@@ -190,6 +199,7 @@ SERVERS: dict[str, Callable[[], _Parts]] = {
     "ndv2": _ndv2,
     "dgx2": _dgx2,
     "dgx-a100": _dgx_a100,
+    "dgx-a100-4nic": _dgx_a100_4nic,
     "dgx-h100": _dgx_h100,
     "mist": _mist,
     "cedar": _cedar,
