@@ -117,3 +117,25 @@ def test_routes_are_contiguous_and_avoid_other_ranks(topo):
 def test_dead_end_fabric_does_not_disconnect_ranks():
     links = (Link(0, 1, 1e9), Link(1, 0, 1e9), Link(0, "tap", 1e9))
     Topology("tap", 2, links, {"tap": "nic"}).check_connected()
+
+
+def test_a_route_through_host_memory_moves_in_two_parts_cut_at_the_first_cpu():
+    """The one definition of "staged through host memory" that the simulator, multipath,
+    trees and flow share: a pinned route passing a CPU node is copied in, then out."""
+    links = []
+    for a, b in ((0, "pcie0"), ("pcie0", "cpu0"), ("cpu0", "cpu1"), ("cpu1", "pcie1"),
+                 ("pcie1", 1), (0, "sw"), ("sw", 1)):
+        links += [Link(a, b, 10e9), Link(b, a, 10e9)]
+    topo = Topology("two-sockets", 2, tuple(links),
+                    {"pcie0": NodeKind.PCIE, "pcie1": NodeKind.PCIE, "cpu0": NodeKind.CPU,
+                     "cpu1": NodeKind.CPU, "sw": NodeKind.SWITCH})
+    host = ("pcie0", "cpu0", "cpu1", "pcie1")
+    assert topo.has_host and topo.is_host("cpu1") and not topo.is_host("pcie0")
+    assert not topo.is_host(0) and not topo.is_host("nowhere")
+    assert topo.staged(host) and not topo.staged(("sw",)) and not topo.staged(None)
+    ends = [[(topo.links[i].src, topo.links[i].dst) for i in part]
+            for part in topo.stages(0, 1, host)]
+    assert ends == [[(0, "pcie0"), ("pcie0", "cpu0")],
+                    [("cpu0", "cpu1"), ("cpu1", "pcie1"), ("pcie1", 1)]]
+    assert topo.stages(0, 1, ("sw",)) == (topo.route_via(0, 1, ("sw",)),)
+    assert not star().has_host

@@ -22,7 +22,7 @@ import numpy as np
 from ccweave.errors import InputError, TopologyError
 from ccweave.gc_pause import gc_paused
 from ccweave.schedule import Schedule, Transfer, topological_order
-from ccweave.topology.model import NodeKind, Topology
+from ccweave.topology.model import Topology
 
 __all__ = ["PathStep", "SimResult", "simulate"]
 
@@ -255,22 +255,14 @@ class _Plan:
         node it passes (one host buffer, as a host-staged copy or NCCL's shared-memory
         transport has); none when the route passes no CPU node."""
         topology = self.topology
-        if via is None or src == dst or not any(
-                topology.kind(node) is NodeKind.CPU for node in via):
+        if src == dst or not topology.staged(via):
             return []
         hosts = tuple(dict.fromkeys((self.hosts[src], self.hosts[dst]))) if self.hosts \
             else ()
-        stages: list[list[int]] = [[]]
-        for number in topology.route_via(src, dst, via):
-            stages[-1].append(number)
-            link = topology.links[number]
-            if len(stages) == 1 and link.dst in via and topology.kind(link.dst) is NodeKind.CPU:
-                stages.append([])
         latency = topology.cost.message_latency + topology.cost.staging_latency
-        return [(tuple(part) + hosts,
-                 float(sum(topology.links[i].alpha for i in part)) + latency,
+        return [(part + hosts, float(sum(topology.links[i].alpha for i in part)) + latency,
                  float(min(self.capacity[i] for i in (*part, *hosts))))
-                for part in stages if part]
+                for part in topology.stages(src, dst, via)]
 
     def _set_routes(self, pairs: list[tuple[tuple[int, ...], float, float]],
                     pair_of: np.ndarray) -> None:

@@ -20,7 +20,7 @@ from functools import cached_property, lru_cache
 import networkx as nx
 
 from ccweave.errors import InputError
-from ccweave.topology.model import ROUTE_REFERENCE_BYTES, NodeKind, Topology
+from ccweave.topology.model import ROUTE_REFERENCE_BYTES, Topology
 
 MAX_PATHS = 8
 """Candidate paths kept per rank pair by default."""
@@ -107,17 +107,11 @@ def hop(topology: Topology, src: int, dst: int, via: tuple[str, ...] | None = No
     if via is not None and links == topology.route(src, dst):
         via = None
     stages: list[tuple[tuple[int, ...], float, float]] = []
-    if via is not None and any(topology.kind(node) is NodeKind.CPU for node in via):
-        part: list[int] = []
-        for number in links:
-            part.append(number)
-            end = topology.links[number].dst
-            if number == links[-1] or (not stages and end in via
-                                       and topology.kind(end) is NodeKind.CPU):
-                alpha = sum(topology.links[i].alpha for i in part)
-                stages.append((tuple(part), float(alpha + topology.cost.staging_latency),
-                               float(min(topology.links[i].bandwidth for i in part))))
-                part = []
+    if topology.staged(via):
+        stages = [(part, float(sum(topology.links[i].alpha for i in part)
+                               + topology.cost.staging_latency),
+                   float(min(topology.links[i].bandwidth for i in part)))
+                  for part in topology.stages(src, dst, via)]
     return Hop(src, dst, None if via is None else tuple(via), links,
                float(sum(topology.links[i].alpha for i in links)),
                float(min(topology.links[i].bandwidth for i in links)), tuple(stages))

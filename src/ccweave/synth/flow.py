@@ -35,7 +35,7 @@ from ccweave.lp import LinearProgram, solve_symmetric
 from ccweave.schedule import Op, Schedule, ScheduleBuilder
 from ccweave.synth.layout import reject_options, require_kind, schedule_name
 from ccweave.synth.registry import register
-from ccweave.topology.model import NodeKind, Topology
+from ccweave.topology.model import Topology
 from ccweave.units import parse_size
 
 IN, OUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
@@ -522,14 +522,12 @@ def staged_view(topology: Topology) -> Topology | None:
     cut-through LP plans. Planned cut-through, cedar's alltoall sent a tenth of its
     bytes through host memory and came out 1.97x its bound (NVLinks alone: 1.104);
     planned on this view, 1.052."""
-    def host(node: object) -> bool:
-        return isinstance(node, str) and topology.kind(node) is NodeKind.CPU
-
-    if not any(kind is NodeKind.CPU for kind in topology.fabric.values()):
+    if not topology.has_host:
         return None
     return replace(topology, links=tuple(
-        replace(link, bandwidth=link.bandwidth / 2) if host(link.src) or host(link.dst)
-        else link for link in topology.links))
+        replace(link, bandwidth=link.bandwidth / 2)
+        if topology.is_host(link.src) or topology.is_host(link.dst) else link
+        for link in topology.links))
 
 
 def _options(options: dict[str, object]) -> tuple[float, int | None]:

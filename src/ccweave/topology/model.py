@@ -295,6 +295,35 @@ class Topology:
     def has_route(self, src: int, dst: int) -> bool:
         return src == dst or self._router.route_or_none(src, dst) is not None
 
+    # ------------------------------------------------------------ host memory
+
+    def is_host(self, node: object) -> bool:
+        """Whether ``node`` is host memory (a CPU node): a route through it is staged,
+        copied in, then out, as a host-staged copy or NCCL's shared-memory transport is."""
+        return isinstance(node, str) and self.fabric.get(node) is NodeKind.CPU
+
+    @cached_property
+    def has_host(self) -> bool:
+        """Whether any route could be staged through host memory here."""
+        return NodeKind.CPU in self.fabric.values()
+
+    def staged(self, via: tuple[str, ...] | None) -> bool:
+        """Whether a pinned route through ``via`` is staged through host memory."""
+        return via is not None and any(self.is_host(node) for node in via)
+
+    def stages(self, src: int, dst: int, via: tuple[str, ...] | None) -> tuple[tuple[int, ...],
+                                                                             ...]:
+        """The links of the route ``src -> via... -> dst`` in the parts it moves in: cut
+        after the first host-memory node it passes (one host buffer), else whole."""
+        links = self.route_via(src, dst, via)
+        if not self.staged(via):
+            return (links,) if links else ()
+        for cut, number in enumerate(links):
+            end = self.links[number].dst
+            if end in via and self.is_host(end):  # type: ignore[operator]
+                return tuple(part for part in (links[:cut + 1], links[cut + 1:]) if part)
+        return (links,)
+
     def all_routes(self, src: int, dst: int) -> list[tuple[int, ...]]:
         """Every route of the cheapest cost from ``src`` to ``dst`` (equal-cost multipath)."""
         return self._router.all_routes(src, dst)

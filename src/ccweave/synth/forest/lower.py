@@ -202,8 +202,7 @@ def unstaged(topology: Topology, tree_edges: Iterable[Sequence[Edge]]) -> bool:
 def in_flight(topology: Topology, via: tuple[str, ...]) -> int:
     """Chunks of a lane an arc carries at once: :data:`STAGED_IN_FLIGHT` where its route
     is staged through host memory, else 1."""
-    staged = any(topology.kind(node) is NodeKind.CPU for node in via)
-    return STAGED_IN_FLIGHT if staged else 1
+    return STAGED_IN_FLIGHT if topology.staged(via) else 1
 
 
 def channel_count(num_ranks: int) -> int:

@@ -36,7 +36,7 @@ from ccweave.synth.forest.lower import (
 )
 from ccweave.synth.layout import chunks_for, reject_options, require_kind, schedule_name
 from ccweave.synth.registry import register
-from ccweave.topology.model import NodeKind, Topology
+from ccweave.topology.model import Topology
 from ccweave.transforms import concat
 from ccweave.units import parse_size
 
@@ -369,7 +369,7 @@ def _pipeline(forest: Forest, topology: Topology, size: int, roots: int,
                 + local + c * sends * overhead)
 
     modes = [(False, 1)]
-    unstaged_forest = NodeKind.CPU not in topology.fabric.values() or \
+    unstaged_forest = not topology.has_host or \
         unstaged(topology, (edges for _, _, edges in forest.trees))
     if stagger and unstaged_forest:
         modes += [(True, units) for units in sorted({1, staggered_lane_units})]
