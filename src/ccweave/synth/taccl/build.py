@@ -11,6 +11,7 @@ proves it and the simulator times it like any other. The schedule returned is th
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -37,8 +38,15 @@ from ccweave.synth.taccl.contiguity import (
 from ccweave.synth.taccl.defaults import default_sketch, default_sketches
 from ccweave.synth.taccl.demand import Demand
 from ccweave.synth.taccl.logical import LogicalTopology
-from ccweave.synth.taccl.lower import ChannelPolicy, Lowered, lower, serialize_local_steps
+from ccweave.synth.taccl.lower import (
+    ChannelPolicy,
+    Lowered,
+    lower,
+    serialize_local_steps,
+    shared_across_ranks,
+)
 from ccweave.synth.taccl.milp import SolverSettings
+from ccweave.synth.taccl.order_bound import order_bound
 from ccweave.synth.taccl.ordering import Heuristic, Ordering, heuristics_for, order
 from ccweave.synth.taccl.progress import Progress
 from ccweave.synth.taccl.reduction import reduce_scatter_from, reverse_order
@@ -64,10 +72,14 @@ CHUNKUPS = {Kind.ALLGATHER: (2, 1, 4), Kind.ALLTOALL: (1, 2)}
 """Chunks per rank tried when neither a sketch nor ``chunks`` fixes them (allgather's
 also serve reduce-scatter and allreduce): pipelining deeper pays at large sizes,
 fewer transfers at small ones; the simulator decides."""
-PORT_ORDERS = ("internode", "none")
+PORT_ORDERS = ("internode", "none", "all")
 """Which sends through a rank's shared port wait for each other, tried in turn (see
 :func:`~ccweave.synth.taccl.lower.shared_ports`): NIC sends one at a time pipeline a
 relay's chunks; all at once overlap their latencies (alltoall)."""
+ORDER_PRUNE = 1.1
+"""An ordering whose model makespan is over this multiple of the best ordering of the same
+routes is not lowered (it is listed with its makespan): lowering costs far more than
+ordering, and such orders do not win."""
 REPLAY_ROUNDS = 3
 """Times queues are re-served in simulated arrival order (see ``_replayed``)."""
 REPLAY_GAIN = 1e-3
@@ -83,6 +95,9 @@ BEST = "best"
 """Option value: try every choice and keep the schedule that simulates fastest."""
 SAME = 1e-9
 """Relative difference below which two simulated times are the same."""
+EXPORT_ROUNDS = 3
+"""Times the schedule read back from its XML is exported again, until its XML times the
+same (a read-back schedule whose steps MSCCL fuses further)."""
 
 
 class ReduceOrder(str, enum.Enum):
@@ -92,8 +107,11 @@ class ReduceOrder(str, enum.Enum):
     """What the allgather delivered last is reduced and sent first (its simulated times,
     reversed)."""
     REVERSE_HEURISTIC = "reverse-heuristic"
-    """TACCL's reverse scheduling: the reversed hops list-scheduled afresh, where most
-    travel meets first (:func:`~ccweave.synth.taccl.reduction.reverse_order`)."""
+    """TACCL's reverse scheduling (its heuristic 12): the reversed hops list-scheduled
+    afresh, where most travel meets first
+    (:func:`~ccweave.synth.taccl.reduction.reverse_order`)."""
+    REVERSE_BRANCH = "reverse-branch"
+    """TACCL's heuristic 18: the same, the hop with the longest branch behind it first."""
 
 
 @dataclass(frozen=True)
@@ -123,11 +141,13 @@ class TacclOptions:
     max_paths, max_trees: the tree selection's candidates per (chunk, destination) and
         trees per root.
     contiguity: run stage 3 (merges on high-alpha links); off: stage-2 times stand.
+    route_search: improve the tree selection's routes by a local search scored by stage 2
+        (:mod:`~ccweave.synth.taccl.route_search`), within part of the routing time.
     merge_alpha_ratio: edges whose alpha is at least this fraction of a chunk's
         streaming time are high-alpha.
     max_merges, contiguity_max_sends: caps on the contiguity MILP's merge decisions and
         sends; beyond the latter a batching heuristic merges instead.
-    reduce_order: ``best``, ``reversed-times`` or ``reverse-heuristic``
+    reduce_order: ``best``, ``reversed-times``, ``reverse-heuristic`` or ``reverse-branch``
         (:class:`ReduceOrder`), for reduce-scatter and allreduce.
     channels: ``alternate`` or ``one`` (:class:`~ccweave.synth.taccl.lower.ChannelPolicy`).
     profile: a TACCL profiled-topology file whose link costs replace the machine's
@@ -153,6 +173,7 @@ class TacclOptions:
     max_paths: int = 4
     max_trees: int = 3
     contiguity: bool = True
+    route_search: bool = True
     merge_alpha_ratio: float = MERGE_ALPHA_RATIO
     max_merges: int = MAX_MERGE_BINARIES
     contiguity_max_sends: int = MAX_SENDS
@@ -199,7 +220,7 @@ class TacclOptions:
         for name in ("max_paths", "max_trees", "max_merges", "contiguity_max_sends",
                      "threads", "relay_hops", "contiguity_window"):
             positive(name, getattr(self, name), integer=True)
-        for name in ("contiguity", "fallback"):
+        for name in ("contiguity", "fallback", "route_search"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"taccl option {name} must be true or false")
         _member(RoutingMethod, self.routing, "routing")
@@ -317,9 +338,11 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
     chunk_bytes = collective.chunk_bytes(options.size)
     settings = SolverSettings(min(clock.stage(ROUTING_SHARE), options.routing_time_limit),
                               options.mip_gap, options.threads)
+    score = _ordering_score(logical, chunk_bytes) if options.route_search else None
     routings = route(logical, demand, chunk_bytes, method=RoutingMethod(options.routing),
                      max_paths=options.max_paths, max_trees=options.max_trees,
-                     relay_hops=options.relay_hops, settings=settings, progress=progress)
+                     relay_hops=options.relay_hops, settings=settings, progress=progress,
+                     score=score)
     for routing in routings:
         if progress:
             progress(Progress("routing", f"{routing.method}: {routing.note}",
@@ -336,12 +359,20 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
              for heuristic in _heuristics(routing, options)]
     seen: list[tuple[Routing, Ordering, Heuristic]] = []
     slowest = 0.0  # wall seconds of the slowest (routing, heuristic) tried so far
+    orderings = {(id(r), h): order(logical, r, chunk_bytes, h) for r, h in plans}
+    best_model = {id(r): min(orderings[(id(r), h)].makespan_s for rr, h in plans if rr is r)
+                  for r in unique}
     for routing, heuristic in plans:
+        ordering = orderings[(id(routing), heuristic)]
+        if ordering.makespan_s > best_model[id(routing)] * ORDER_PRUNE:
+            tried_orders.setdefault(routing.method, {})[heuristic.value] = (
+                f"not lowered: {ordering.makespan_s * 1e6:.1f} us ordered, over "
+                f"{ORDER_PRUNE}x the best order of these routes")
+            continue
         if lowerings and slowest > clock.left():
             tried_orders.setdefault(routing.method, {})[heuristic.value] = "skipped: time"
             continue  # would not finish within the candidate's time
         began = time.perf_counter()
-        ordering = order(logical, routing, chunk_bytes, heuristic)
         twin = next((h for r, o, h in seen if r is routing and o.edge_order == ordering.edge_order
                      and o.link_order == ordering.link_order), None)
         seen.append((routing, ordering, heuristic))
@@ -379,8 +410,11 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
                           lowered_us else {**r.report(), "lowered": "the same routes as the "
                                                                     "tree selection"}
                           for r in routings)
+    bound = order_bound(logical, kept.routing, chunk_bytes)
     report = StageReport(
-        sketch.name, chunks, {**kept.routing.report(), "kept": kept.routing.method},
+        sketch.name, chunks, {**kept.routing.report(), "kept": kept.routing.method,
+                              "order_bound_us": bound.seconds * 1e6,
+                              "order_bound_set_by": bound.link},
         {"heuristic": kept.ordering.heuristic.value, "sends": len(kept.ordering.sends),
          "makespan_us": kept.ordering.makespan_s * 1e6,
          "tried_us": tried_orders.get(kept.routing.method, {})},
@@ -390,6 +424,23 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
         time.perf_counter() - started, routing_facts)
     schedule = kept.schedule.with_name(name, taccl=report.to_dict())
     return Direct(schedule, report, logical, kept.routing, chunk_bytes, kept.time_s)
+
+
+SEARCH_HEURISTICS = (Heuristic.EARLIEST_START, Heuristic.OWN_NODE_FIRST)
+"""The orderings that score a routing in the route search: quick, and the best of stage
+2's on most sketches."""
+
+
+def _ordering_score(logical: LogicalTopology, chunk_bytes: float
+                    ) -> Callable[[tuple], tuple[float, float]]:
+    """Hops -> the least makespan stage 2 orders them in, and that order's mean send end
+    (the route search's score)."""
+    def score(hops: tuple) -> tuple[float, float]:
+        routing = Routing(hops, 0.0, "", 0.0, 0.0, 0, "")
+        orders = [order(logical, routing, chunk_bytes, h) for h in SEARCH_HEURISTICS]
+        return min((o.makespan_s, float(o.finish.mean()) if len(o.finish) else 0.0)
+                   for o in orders)
+    return score
 
 
 def _heuristics(routing: Routing, options: TacclOptions) -> tuple[Heuristic, ...]:
@@ -402,18 +453,21 @@ def _heuristics(routing: Routing, options: TacclOptions) -> tuple[Heuristic, ...
 def _lowered(topology: Topology, demand: Demand, logical: LogicalTopology,
              ordering: Ordering, groups: Contiguity, name: str, metadata: dict[str, object],
              options: TacclOptions) -> tuple[Schedule, float]:
-    """The fastest lowering of ``groups`` over the port orders, replayed, with each rank's
-    local steps in threadblock order; and its simulated time."""
+    """The fastest lowering of ``groups`` over the port orders, paced or not (where links
+    are shared across ranks), replayed, with each rank's local steps in threadblock
+    order; and its simulated time."""
     from ccweave.simulate import simulate
 
     best: tuple[float, Schedule] | None = None
-    for port_order in PORT_ORDERS:
+    paces = (False, True) if shared_across_ranks(logical, ordering) else (False,)
+    for port_order, pace in itertools.product(PORT_ORDERS, paces):
         schedule, seconds = _replayed(
             topology, options.size, ordering, groups,
-            lambda priority, port_order=port_order: lower(
+            lambda priority, port_order=port_order, pace=pace: lower(
                 demand, logical, ordering, groups, name,
-                {**metadata, "port_order": port_order}, port_order=port_order,
-                priority=priority, channels=ChannelPolicy(options.channels)))
+                {**metadata, "port_order": port_order, "paced": pace},
+                port_order=port_order, priority=priority,
+                channels=ChannelPolicy(options.channels), pace=pace))
         if best is None or seconds < best[0] * (1 - REPLAY_GAIN):
             best = (seconds, schedule)
     assert best is not None
@@ -520,6 +574,12 @@ def as_exported(schedule: Schedule, topology: Topology, size: int, seconds: floa
         return schedule.with_name(schedule.name, export="the MSCCL XML runs this order "
                                   f"({exported_s * 1e6:.1f} us simulated)")
     change = "add waits" if exported_s > seconds else "reorder sends"
+    for _ in range(EXPORT_ROUNDS):  # the XML of the read-back may fuse once more
+        again = as_run(exported)
+        again_s = simulate(again, topology, size).time_s
+        if abs(again_s - exported_s) <= exported_s * SAME:
+            break
+        exported, exported_s = again, again_s
     note = (f"the MSCCL XML's threadblocks {change} ({seconds * 1e6:.1f} us -> "
             f"{exported_s * 1e6:.1f} us simulated): this is the schedule the XML describes")
     return exported.with_name(schedule.name, **schedule.metadata, export=note)
@@ -578,7 +638,8 @@ def _reduce_scatters(allgather: Direct, topology: Topology, options: TacclOption
     built = []
     for how in options.reduce_orders():
         priority = None if how is ReduceOrder.REVERSED_TIMES else reverse_order(
-            allgather.schedule, allgather.logical, allgather.routing, allgather.chunk_bytes)
+            allgather.schedule, allgather.logical, allgather.routing, allgather.chunk_bytes,
+            branch=how is ReduceOrder.REVERSE_BRANCH)
         for unfuse in (True, False):
             label = f"{how.value}, fan-in {'local-reduce' if unfuse else 'on-arrival'}"
             built.append((label, reduce_scatter_from(allgather.schedule, topology,

@@ -9,7 +9,10 @@ in stage 3's order (each waits for the one before, as on a FIFO connection); dat
 dependencies come from the slots, through :class:`~ccweave.schedule.ScheduleBuilder`.
 Sends of one rank through a shared port (its way to the NIC) also go one after
 another, so a NIC carries a few chunks at a time in stage 2's order instead of all at
-once (the simulator shares a link fairly between everything on it).
+once (the simulator shares a link fairly between everything on it). Sends of several
+ranks through one link (a NIC all GPUs of an NDv2 share) cannot wait for each other in
+MSCCL, whose dependencies stay on one GPU; *pacing* keeps the model's order there by
+making each such send wait for what its rank received just before it, by the model.
 
 Channels (:class:`ChannelPolicy`) decide what MSCCL's export may fuse: with the default,
 a chunk's consecutive hops run on channels 0 and 1 in turn, so no receive is fused with
@@ -18,6 +21,7 @@ the send that forwards it and every threadblock runs exactly the order scored he
 
 from __future__ import annotations
 
+import bisect
 import enum
 import heapq
 import itertools
@@ -77,13 +81,15 @@ class Lowered:
 def lower(demand: Demand, logical: LogicalTopology, ordering: Ordering,
           contiguity: Contiguity, name: str, metadata: Mapping[str, object],
           port_order: str = "internode", priority: Sequence[float] | None = None,
-          channels: ChannelPolicy = ChannelPolicy.ALTERNATE) -> Lowered:
+          channels: ChannelPolicy = ChannelPolicy.ALTERNATE, pace: bool = False) -> Lowered:
     """The schedule that carries out ``contiguity``'s groups; see the module docstring.
 
     ``port_order``: which sends through a rank's shared port also go one after another
     (see :func:`shared_ports`). ``priority``: per group, the time it should go (default:
     stage 3's start times); queues serve groups in this order. ``channels``: see
-    :class:`ChannelPolicy`.
+    :class:`ChannelPolicy`. ``pace``: a transfer whose route crosses a link that other
+    ranks' transfers also cross waits for the last transfer into its rank that lands, by
+    the model's times, before it starts (see :func:`_pacer`).
     """
     coll = demand.collective
     builder = ScheduleBuilder(coll)
@@ -102,6 +108,8 @@ def lower(demand: Demand, logical: LogicalTopology, ordering: Ordering,
     for i, send in enumerate(sends):  # parents come first
         depth[i] = 0 if send.parent < 0 else depth[send.parent] + 1
     carrier = [0] * len(contiguity.groups)
+    shared = shared_across_ranks(logical, ordering) if pace else set()
+    landed: dict[int, list[tuple[float, int]]] = {}  # rank -> (model arrival, transfer)
     for number in _in_order(ordering, contiguity, priority or contiguity.start_s):
         group = contiguity.groups[number]
         edge = logical.edges[sends[group[0]].edge]
@@ -126,8 +134,15 @@ def lower(demand: Demand, logical: LogicalTopology, ordering: Ordering,
         queues = [("edge", sends[group[0]].edge),
                   *(("port", u, link) for link in ports.get(sends[group[0]].edge, ()))]
         after = [last_on[q] for q in queues if q in last_on]
+        model_start = contiguity.start_s[number]
+        if shared and any(link in shared for link in edge.route):
+            after += _pacer(landed.get(u, []), model_start)
         index = builder.copy(u, v, src, dst, count=count, after=after, channel=channel)
         carrier[number] = index
+        if shared:
+            arrival = model_start + edge.alpha + sum(
+                float(ordering.finish[i] - ordering.start[i]) - edge.alpha for i in group)
+            bisect.insort(landed.setdefault(v, []), (arrival, index))
         for q in queues:
             last_on[q] = index
         for j, (ch, target) in enumerate(zip(chunks, targets)):
@@ -136,6 +151,25 @@ def lower(demand: Demand, logical: LogicalTopology, ordering: Ordering,
             if unpack and target is not None:
                 builder.copy(v, v, slot, (Buffer.OUTPUT, target), channel=channel)
     return Lowered(builder.build(name, **metadata), tuple(carrier))
+
+
+def _pacer(landed: list[tuple[float, int]], start: float) -> list[int]:
+    """The transfer that lands last at a rank, by the model's times, no later than
+    ``start`` (``landed`` sorted by arrival): MSCCL orders nothing across GPUs, so a send
+    through a link other GPUs share keeps its place in the model's order on that link by
+    waiting on its own GPU's clock, the data it received. Every transfer in ``landed``
+    was built before, so the dependency keeps the schedule acyclic."""
+    at = bisect.bisect_right(landed, (start * (1 + 1e-12) + 1e-15, -1))
+    return [landed[at - 1][1]] if at else []
+
+
+def shared_across_ranks(logical: LogicalTopology, ordering: Ordering) -> set[int]:
+    """Physical links that sends from more than one rank cross: no MSCCL queue orders
+    them, since a threadblock waits only on its own GPU."""
+    ranks: dict[int, set[int]] = {}
+    for link, sends in ordering.link_order.items():
+        ranks[link] = {logical.edges[ordering.sends[i].edge].src for i in sends}
+    return {link for link, who in ranks.items() if len(who) > 1}
 
 
 def _gathered(builder: ScheduleBuilder, rank: int, slots: list[Slot],

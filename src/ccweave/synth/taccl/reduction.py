@@ -126,12 +126,14 @@ def _in_priority(schedule: Schedule, key) -> list[int]:
 
 
 def reverse_order(allgather: Schedule, logical: LogicalTopology, routing: Routing,
-                  chunk_bytes: float) -> dict[SlotKey, float]:
-    """TACCL's reverse scheduling (its heuristic 12) of the reduce-scatter that reverses
-    ``allgather`` (lowered from ``routing`` on ``logical``): every hop is turned around;
-    a turned hop goes when the reductions from below it have arrived, each link streams
-    one at a time, and among the hops that may go the one where most travel meets (the
-    allgather path time to it, summed over the ranks behind it) goes first. Returns, per
+                  chunk_bytes: float, branch: bool = False) -> dict[SlotKey, float]:
+    """TACCL's reverse scheduling of the reduce-scatter that reverses ``allgather``
+    (lowered from ``routing`` on ``logical``): every hop is turned around; a turned hop
+    goes when the reductions from below it have arrived, each link streams one at a time,
+    and among the hops that may go the first is, by TACCL's heuristic 12, the one where
+    most travel meets (the allgather path time to it, summed over the ranks behind it),
+    or with ``branch`` (its heuristic 18) the one with the longest branch behind it (its
+    own time plus the longest chain of hops the allgather made after it). Returns, per
     landing slot of the allgather's remote transfers, when its reversed transfer starts."""
     sends = sends_of(routing)
     edges = logical.edges
@@ -148,6 +150,11 @@ def reverse_order(allgather: Schedule, logical: LogicalTopology, routing: Routin
     for i in range(count - 1, -1, -1):
         behind[i] += sum(behind[c] for c in children[i])
     travel = depth * behind
+    if branch:
+        travel = cost.copy()
+        for i in range(count - 1, -1, -1):
+            if children[i]:
+                travel[i] += max(travel[c] for c in children[i])
     waiting = [len(c) for c in children]
     ready = np.zeros(count)
     start = np.zeros(count)

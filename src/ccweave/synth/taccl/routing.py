@@ -18,6 +18,8 @@ from ccweave.synth.taccl.tree_routing import route_trees
 
 TREE_SHARE = 0.25
 """Part of the routing time the tree selection may use when it warm-starts the MILP."""
+SEARCH_SHARE = 0.5
+"""Part of the routing time the route search (:mod:`.route_search`) may use."""
 
 
 class RoutingMethod(str, enum.Enum):
@@ -33,16 +35,21 @@ class RoutingMethod(str, enum.Enum):
 def route(logical: LogicalTopology, demand: Demand, chunk_bytes: float, *,
           method: RoutingMethod = RoutingMethod.MILP, max_paths: int = 4,
           max_trees: int = 3, relay_hops: int = 1, settings: SolverSettings,
-          progress: Callable[[Progress], None] | None = None) -> list[Routing]:
-    """The routings to lower: the tree selection's, then (``milp``) the MILP's."""
+          progress: Callable[[Progress], None] | None = None,
+          score: Callable[[tuple], tuple[float, float]] | None = None) -> list[Routing]:
+    """The routings to lower: the tree selection's, the route search's when a ``score`` is
+    given (hops -> the ordering stage's makespan) and it changed them, then (``milp``) the
+    MILP's, warm-started by the last of those."""
     share = settings if method is RoutingMethod.TREES else \
         replace(settings, time_limit_s=settings.time_limit_s * TREE_SHARE)
-    trees = route_trees(logical, demand, chunk_bytes, max_paths=max_paths,
-                        max_trees=max_trees, settings=share, progress=progress)
+    found = route_trees(logical, demand, chunk_bytes, max_paths=max_paths,
+                        max_trees=max_trees, settings=share, progress=progress, score=score,
+                        search_s=settings.time_limit_s * SEARCH_SHARE)
     if method is RoutingMethod.TREES:
-        return [trees]
+        return found
+    trees = found[-1]
     rest = replace(settings, time_limit_s=max(settings.time_limit_s - trees.seconds,
                                               settings.time_limit_s * (1 - TREE_SHARE)))
     milp = route_milp(logical, demand, chunk_bytes, trees, relay_hops=relay_hops,
                       settings=rest, progress=progress)
-    return [trees, milp]
+    return [*found, milp]

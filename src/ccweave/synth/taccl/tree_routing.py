@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from ccweave.synth.taccl.logical import LogicalTopology
 from ccweave.synth.taccl.milp import DEFAULT_SETTINGS, MilpResult, Model, SolverSettings
 from ccweave.synth.taccl.paths import PathFinder
 from ccweave.synth.taccl.progress import Progress
+from ccweave.synth.taccl.route_search import hill_climb
 from ccweave.synth.taccl.routes import Hop, Routing, tree_hops
 from ccweave.synth.taccl.sketch import Hyperedge
 
@@ -52,8 +53,15 @@ UC_TIE_BREAK = 1e-3
 def route_trees(logical: LogicalTopology, demand: Demand, chunk_bytes: float, *,
                 max_paths: int = 4, max_trees: int = 3,
                 settings: SolverSettings = DEFAULT_SETTINGS,
-                progress: Callable[[Progress], None] | None = None) -> Routing:
-    """Choose every chunk's route; see the module docstring for the model."""
+                progress: Callable[[Progress], None] | None = None,
+                score: Callable[[tuple[tuple[Hop, ...], ...]], tuple[float, float]] | None
+                = None,
+                search_s: float = 0.0) -> list[Routing]:
+    """Choose every chunk's route; see the module docstring for the model. With ``score``
+    (hops -> the ordering stage's makespan and tie-break) the selection's answer is
+    improved for ``search_s`` seconds by
+    :func:`~ccweave.synth.taccl.route_search.hill_climb`; when that changed the routes,
+    the searched routing (method ``trees+search``) follows the selection's."""
     finder = PathFinder(logical, chunk_bytes, max_paths, max_trees)
     problem = _Problem(logical, demand, finder)
     model, warm = problem.build()
@@ -66,19 +74,43 @@ def route_trees(logical: LogicalTopology, demand: Demand, chunk_bytes: float, *,
     except SolverError as error:
         raise SolverError(f"taccl routing with sketch {logical.sketch.source}: {error}") \
             from None
-    return Routing(problem.expand(result), problem.makespan(result), result.status,
-                   result.gap, result.seconds, model.num_vars, result.describe(), "trees")
+    selection = problem.selection(result.values)
+    routing = Routing(problem.hops_of(selection), problem.makespan(result), result.status,
+                      result.gap, result.seconds, model.num_vars, result.describe(), "trees")
+    if score is None or search_s <= 0:
+        return [routing]
+    searched = hill_climb(selection, problem.neighbours,
+                          lambda chosen: score(problem.hops_of(chosen)), search_s)
+    if progress:
+        progress(Progress("routing", searched.note()))
+    if searched.state == selection:
+        return [replace(routing, note=f"{routing.note}; {searched.note()}")]
+    chosen = searched.state
+    return [routing, Routing(problem.hops_of(chosen),  # type: ignore[arg-type]
+                             problem._time_of(problem.values_of(chosen)) / US_PER_S,
+                             result.status, result.gap, result.seconds + searched.seconds,
+                             model.num_vars, searched.note(), "trees+search")]
 
 
 @dataclass
 class _Choice:
     """A group of options of which exactly ``activation`` (1, or a sum of columns) is taken;
     option ``i`` is column ``cols[i]`` (or always taken if there is one option and the
-    activation is 1: ``cols == [-1]``) and loads ``edges[i]``."""
+    activation is 1: ``cols == [-1]``) and loads ``edges[i]``. A spreading tree's choice
+    is active when its ``entry`` choice (an index among its chunk's choices) takes an
+    option landing at its ``receiver``; ``lands`` says, for an entry, where each option
+    lands."""
 
     edges: list[tuple[int, ...]]
     latency: list[float]
     cols: list[int]
+    entry: int | None = None
+    receiver: int | None = None
+    lands: list[int] | None = None
+
+
+Selection = tuple[tuple[int, ...], ...]
+"""Per representative chunk, per choice, the option taken (-1: the choice is inactive)."""
 
 
 class _Problem:
@@ -177,6 +209,8 @@ class _Problem:
             assert best_entry is not None  # reachability was checked with the sketch
             entry = self._options([(e,) for e in entries], entry_latency, None, warm,
                                   best_entry[1])
+            entry.lands = [logical.edges[e].dst for e in entries]
+            entry_index = len(choices)
             choices.append(entry)
             chosen_receiver = logical.edges[entries[best_entry[1]]].dst
             spreads = []
@@ -188,6 +222,7 @@ class _Problem:
                     [t.edges for t in trees], [self._us(t.height) for t in trees],
                     active if active[0] >= 0 else None, warm,
                     0 if receiver == chosen_receiver else None)
+                spread.entry, spread.receiver = entry_index, receiver
                 choices.append(spread)
                 spreads.append(spread)
             self._latency([entry, *spreads])
@@ -335,15 +370,59 @@ class _Problem:
     def makespan(self, result: MilpResult) -> float:
         return self._time_of(result.values) / US_PER_S
 
-    def expand(self, result: MilpResult) -> tuple[tuple[Hop, ...], ...]:
-        """Every chunk's hops: each representative's tree mapped by its symmetries."""
-        values = result.values
+    # ------------------------------------------------------------- selections
+
+    def selection(self, values: np.ndarray) -> Selection:
+        """The option each choice takes in a solution (-1: inactive)."""
+        return tuple(tuple(0 if choice.cols[0] < 0 else next(
+            (i for i, col in enumerate(choice.cols) if values[col] > 0.5), -1)
+            for choice in choices) for choices in self.choices)
+
+    def values_of(self, selection: Selection) -> np.ndarray:
+        """A solution vector taking ``selection``'s options (hyperedge columns set)."""
+        values = np.zeros(self.model.num_vars)
+        for choices, taken in zip(self.choices, selection):
+            for choice, option in zip(choices, taken):
+                if option >= 0 and choice.cols[0] >= 0:
+                    values[choice.cols[option]] = 1.0
+        for z, cols in self.uc.values():
+            values[z] = float(any(values[c] > 0.5 for c in cols))
+        values[self.time] = self._time_of(values)
+        return values
+
+    def neighbours(self, selection: Selection) -> list[Selection]:
+        """Selections that take another option in one choice of one chunk: another tree,
+        or another relay (whose receiver then spreads along its first tree)."""
+        found = []
+        for r, (choices, taken) in enumerate(zip(self.choices, selection)):
+            for k, (choice, option) in enumerate(zip(choices, taken)):
+                if option < 0 or len(choice.edges) < 2:
+                    continue
+                for other in range(len(choice.edges)):
+                    if other == option:
+                        continue
+                    new = list(taken)
+                    new[k] = other
+                    if choice.lands is not None:
+                        for j, spread in enumerate(choices):
+                            if spread.entry == k:
+                                new[j] = (0 if spread.receiver == choice.lands[other]
+                                          else -1)
+                    found.append((*selection[:r], tuple(new), *selection[r + 1:]))
+        return found
+
+    def hops_of(self, selection: Selection) -> tuple[tuple[Hop, ...], ...]:
+        """Every chunk's hops under ``selection``."""
         logical, demand = self.logical, self.demand
         hops: list[tuple[Hop, ...]] = [()] * len(demand.chunks)
-        for (rep, images), choices in zip(demand.orbits, self.choices):
-            edges = [e for choice in choices for col, option in zip(choice.cols, choice.edges)
-                     if col < 0 or values[col] > 0.5 for e in option]
+        for (rep, images), choices, taken in zip(demand.orbits, self.choices, selection):
+            edges = [e for choice, option in zip(choices, taken) if option >= 0
+                     for e in choice.edges[option]]
             tree = tree_hops(logical, demand.chunks[rep].source, edges)
             for g, chunk in zip(logical.symmetry, images):
                 hops[chunk] = tuple((logical.edge_image(g, e), parent) for e, parent in tree)
         return tuple(hops)
+
+    def expand(self, result: MilpResult) -> tuple[tuple[Hop, ...], ...]:
+        """Every chunk's hops: each representative's tree mapped by its symmetries."""
+        return self.hops_of(self.selection(result.values))
