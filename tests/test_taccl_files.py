@@ -80,7 +80,8 @@ NONE = {"intranode_sketch": {"strategy": "none"}}
 
 @pytest.mark.parametrize(("data", "text"), [
     ({**NONE, "nnodes": 2}, "nnodes is 2 but there is no internode_sketch"),
-    ({"intranode_sketch": {"strategy": "minmax"}}, "'minmax'"),
+    ({"intranode_sketch": {"strategy": "minmax", "switches": [[0, 1]]}},
+     "intranode_sketch.switches goes with strategy 'switch'"),
     ({"intranode_sketch": {"strategy": "ring"}}, "intranode_sketch.strategy is 'ring'"),
     ({"intranode_sketch": {"strategy": "none", "switches": [[0, 1]]}},
      "intranode_sketch.switches goes with strategy 'switch'"),
@@ -91,7 +92,8 @@ NONE = {"intranode_sketch": {"strategy": "none"}}
      "mixes policies"),
     ({"nnodes": 1}, "intranode_sketch is missing"),
     ({"nnodes": 1, "intranode_sketch": {"strategy": []}},  # found by tests/test_fuzz_readers
-     "intranode_sketch.strategy is []; TACCL's are 'none' and 'switch'"),
+     "intranode_sketch.strategy is []; TACCL's are 'none', 'switch', 'minmax' and "
+     "'maxmin'"),
     ({**NONE, "hyperparameters": {"input_chunkup": 0}}, "hyperparameters.input_chunkup"),
     ({**NONE, "hyperparameters": {"heuristic": 4}},
      "unknown field 'hyperparameters.heuristic'"),

@@ -23,7 +23,8 @@ equalities; substituting them leaves a model the size of one orbit representativ
 - ``enforce_ordering``: on a sender's internode connections, its own chunks go first.
 - Objective: ``T``, then the mean arrival time (small weight), and the sketch's
   hyperedge policy (TACCL's ``mu`` per distinct switch connection: ``uc-min`` pays for
-  each, ``uc-max`` is paid for each).
+  each, ``uc-max`` is paid for each), or its link-load objective (TACCL's ``minmax``:
+  ``mu`` times the most loaded link's load; ``maxmin``: minus ``mu`` times the least).
 
 The tree selection (:mod:`ccweave.synth.taccl.tree_routing`) is the warm start, so a
 solve stopped at its time limit is never worse than it by this objective.
@@ -44,11 +45,13 @@ from ccweave.synth.taccl.logical import LogicalTopology
 from ccweave.synth.taccl.milp import DEFAULT_SETTINGS, Model, SolverSettings
 from ccweave.synth.taccl.progress import Progress
 from ccweave.synth.taccl.routes import Routing, tree_hops
-from ccweave.synth.taccl.sketch import Hyperedge
+from ccweave.synth.taccl.sketch import Balance, Hyperedge
 
 US_PER_S = 1e6
 ARRIVAL_WEIGHT = 0.01
 """Weight of the mean arrival time of chunks at their destinations beside ``T``."""
+BALANCE_WEIGHT = 0.01
+"""TACCL's ``mu`` on its ``minmax``/``maxmin`` link-load term: both are times, as ``T``."""
 HYPEREDGE_WEIGHT = 1 / 800
 """Objective per distinct switch connection of a node, as a fraction of one chunk's time
 over a switch edge: TACCL's ``mu = 0.01`` against its DGX-2 profile's 8 us per chunk."""
@@ -155,6 +158,9 @@ class _Encoding:
         self.s: dict[tuple[int, int], int] = {}
         self.a: dict[tuple[int, int], int] = {}
         self.uc: list[tuple[int, list[int]]] = []
+        self.link_rows: dict[int, dict[int, float]] = {}
+        self.balance: tuple[int, bool] | None = None
+        """(column, minmax?) of the link-load objective"""
         self.warm_time = 0.0
         self.binding_row: int | None = None
         self.labels: dict[int, str] = {}
@@ -212,6 +218,7 @@ class _Encoding:
             self._delivery(r, rep)
             self._fan_out(r, rep)
         self._loads()
+        self._balance()
         self._enforce_ordering()
         self._hyperedge()
         self._arrival_cost()
@@ -302,6 +309,7 @@ class _Encoding:
             for link, coef in per_link.items():
                 link_rows[link][col] = link_rows[link].get(col, 0.0) + coef
         topo = logical.topology
+        self.link_rows = link_rows
         for link, row in link_rows.items():
             lk = topo.links[link]
             self.labels[self.model.num_rows] = f"the load of link {lk.src}->{lk.dst}"
@@ -314,6 +322,21 @@ class _Encoding:
             for v in rep.destinations:
                 if (r, v) in self.a:
                     self.model.add_row([self.a[r, v], self.time], [1.0, -1.0], upper=0.0)
+
+    def _balance(self) -> None:
+        """TACCL's ``minmax`` (a column at least every link's load, ``+mu`` of it in the
+        objective) or ``maxmin`` (at most every link's load, ``-mu``): over the links the
+        sketch's sends may cross."""
+        policy = self.logical.sketch.intranode.balance
+        self.balance = None
+        if policy is None or not self.link_rows:
+            return
+        minmax = policy is Balance.MINMAX
+        column = self.model.add_vars(1, cost=BALANCE_WEIGHT if minmax else -BALANCE_WEIGHT)[0]
+        self.balance = (column, minmax)
+        for row in self.link_rows.values():
+            self.model.add_row([*row, column], [*row.values(), -1.0],
+                               **({"upper": 0.0} if minmax else {"lower": 0.0}))
 
     def _orbit_place(self) -> dict[int, tuple[int, int]]:
         """Actual chunk -> (representative index, symmetry index)."""
@@ -436,6 +459,11 @@ class _Encoding:
                     values[self.s[r, e]] = arrival.get(logical.edges[e].src, 0.0)
         for y, cols in self.uc:
             values[y] = float(any(values[c] > 0.5 for c in cols))
+        if self.balance is not None:
+            column, minmax = self.balance
+            loads = [sum(coef * values[c] for c, coef in row.items())
+                     for row in self.link_rows.values()]
+            values[column] = max(loads) if minmax else min(loads)
         for (r1, e1), (r2, e2), cost in self.ordering_pairs:
             if values[self.x[r1, e1]] > 0.5 and values[self.x[r2, e2]] > 0.5:
                 values[self.s[r2, e2]] = max(values[self.s[r2, e2]],

@@ -47,6 +47,16 @@ class Hyperedge(str, enum.Enum):
     UC_MIN = "uc-min"
 
 
+class Balance(str, enum.Enum):
+    """TACCL's link-load objectives (its intranode strategies ``minmax`` and ``maxmin``): a
+    term beside the makespan in the routing MILP, weighted by TACCL's ``mu``."""
+
+    MINMAX = "minmax"
+    """Minimise the most loaded link: spread load off the busiest links."""
+    MAXMIN = "maxmin"
+    """Maximise the least loaded link: bring idle links into use."""
+
+
 class Connections(str, enum.Enum):
     """Named internode maps; an explicit map is a dict instead."""
 
@@ -64,6 +74,8 @@ class IntranodeSketch:
     hyperedge: Hyperedge | None = None
     switches: tuple[tuple[int, ...], ...] = ()
     """Groups of local ranks that each form one switch (default: the whole node)."""
+    balance: Balance | None = None
+    """TACCL's ``minmax``/``maxmin`` link-load objective, if any."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,8 @@ class Sketch:
             intra["hyperedge"] = self.intranode.hyperedge.value
         if self.intranode.switches:
             intra["switches"] = [list(group) for group in self.intranode.switches]
+        if self.intranode.balance is not None:
+            intra["balance"] = self.intranode.balance.value
         inter: dict[str, object] = {"strategy": "relay"}
         conn = self.internode.connections
         inter["connections"] = conn.value if isinstance(conn, Connections) else \
@@ -145,7 +159,7 @@ class Sketch:
 
 _TOP_FIELDS = {"name", "description", "intranode", "internode", "symmetry_offsets",
                "input_chunkup", "nodes", "comment"}
-_INTRA_FIELDS = {"strategy", "hyperedge", "switches"}
+_INTRA_FIELDS = {"strategy", "hyperedge", "switches", "balance"}
 _INTER_FIELDS = {"strategy", "connections", "senders", "receivers", "carries",
                  "enforce_ordering"}
 
@@ -236,7 +250,10 @@ def _intranode(data: object, source: str) -> IntranodeSketch:
             raise InputError(f"{source}: intranode.switches[{i}]: local rank {min(twice)} is "
                              "in two switch groups; each rank is on one switch")
         seen.update(group)
-    return IntranodeSketch(strategy, hyperedge, groups)
+    balance = data.get("balance")
+    if balance is not None:
+        balance = choice(balance, Balance, source, "intranode.balance")
+    return IntranodeSketch(strategy, hyperedge, groups, balance)  # type: ignore[arg-type]
 
 
 def _internode(data: object, source: str) -> InternodeSketch:

@@ -11,6 +11,8 @@ TACCL                                                  ccweave
 ``nnodes``                                             ``nodes`` (checked on the machine)
 ``intranode_sketch.strategy`` ``none`` / ``switch``    ``intranode.strategy`` ``none`` /
                                                        ``switch``
+``intranode_sketch.strategy`` ``minmax`` / ``maxmin``  ``intranode.strategy`` ``none`` and
+                                                       ``intranode.balance``
 ``intranode_sketch.switches``                          ``intranode.switches`` (repeated
                                                        groups, TACCL's NVSwitch planes,
                                                        are one switch: the machine
@@ -40,8 +42,8 @@ _INTRA = {"strategy", "switches", "switch_hyperedge_strategy"}
 _INTER = {"strategy", "internode_conn", "gpus_to_sender_rev_map", "enforce_ordering"}
 _HYPER = {"input_chunkup"}
 _INTRA_STRATEGIES = {"none": sk.Intranode.NONE, "switch": sk.Intranode.SWITCH}
-_UNSUPPORTED = {"minmax", "maxmin"}
-"""TACCL's load-balancing intranode objectives; not read (a clear error instead)."""
+_BALANCE = {"minmax": sk.Balance.MINMAX, "maxmin": sk.Balance.MAXMIN}
+"""TACCL's load-balancing intranode strategies: its links as ``none``, and an objective."""
 
 
 def is_taccl_sketch(data: Mapping) -> bool:
@@ -87,22 +89,17 @@ def _intranode(data: object, source: str) -> sk.IntranodeSketch:
                          '{"strategy": "none"}')
     sk.no_unknown(data, _INTRA, source, "intranode_sketch.")
     name = data.get("strategy", "none")
-    if not isinstance(name, str):  # a list here was a TypeError (unhashable) traceback
+    if not isinstance(name, str) or (name not in _INTRA_STRATEGIES and name not in _BALANCE):
+        # (a list here was a TypeError (unhashable) traceback)
         raise InputError(f"{source}: intranode_sketch.strategy is {shown(name)}; TACCL's are "
-                         "'none' and 'switch'")
-    if name in _UNSUPPORTED:
-        raise InputError(f"{source}: intranode_sketch.strategy {name!r} (TACCL's link-load "
-                         "balancing objective) is not supported; use 'none' or 'switch'")
-    if name not in _INTRA_STRATEGIES:
-        raise InputError(f"{source}: intranode_sketch.strategy is {name!r}; TACCL's are "
-                         "'none' and 'switch'")
-    strategy = _INTRA_STRATEGIES[name]
+                         "'none', 'switch', 'minmax' and 'maxmin'")
+    strategy = _INTRA_STRATEGIES.get(name, sk.Intranode.NONE)
     if strategy is not sk.Intranode.SWITCH:
         for field in ("switches", "switch_hyperedge_strategy"):
             if field in data:
                 raise InputError(f"{source}: intranode_sketch.{field} goes with strategy "
                                  "'switch'")
-        return sk.IntranodeSketch(strategy)
+        return sk.IntranodeSketch(strategy, balance=_BALANCE.get(name))
     raw = sk.as_list(data.get("switches", []), source, "intranode_sketch.switches")
     groups: list[tuple[int, ...]] = []
     for i, group in enumerate(raw):
