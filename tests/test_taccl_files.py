@@ -244,3 +244,34 @@ def test_hostile_taccl_files_are_one_line(tmp_path, capsys):
                      "-o", str(tmp_path / "s.json")])
         err = capsys.readouterr().err
         assert code == 2 and named in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(("stem", "change", "taccl_key", "ours"), [
+    ("sk1-dgx2-n2", {"internode_sketch": {"internode_conn": {"1": [99]}}},
+     "internode_sketch.internode_conn names local rank 99", "internode.connections"),
+    ("sk1-dgx2-n2", {"internode_sketch": {"gpus_to_sender_rev_map": {"1": [0, 1]}}},
+     "internode_sketch.gpus_to_sender_rev_map gives no sender for the data of local rank 2",
+     "internode.carries"),
+    ("sk1-dgx2-n2", {"internode_sketch": {"gpus_to_sender_rev_map": {"0": [0, 1]}}},
+     "internode_sketch.gpus_to_sender_rev_map lists local rank 0", "internode.carries"),
+    ("sk1-dgx2-n2", {"intranode_sketch": {"switches": [[0, 1, 2, 3, 4, 5, 6, 7]]},
+                     "symmetry_offsets": [[16, 32]]},
+     "intranode_sketch.strategy 'switch' leaves rank 0 unable to reach rank 8",
+     "intranode.strategy"),
+    ("sk2-ndv2-n2", {"internode_sketch": {"internode_conn": {"0": [8]}}},
+     "internode_sketch.internode_conn names local rank 8", "internode.connections"),
+])
+def test_refusals_of_mutated_taccl_sketches_name_taccls_keys(tmp_path, stem, change,
+                                                              taccl_key, ours):
+    """A TACCL user wrote TACCL's keys: a refusal names them, not ccweave's fields."""
+    data = json.loads((FIXTURES / "sketch" / f"{stem}.json").read_text())
+    for key, value in change.items():
+        data[key] = {**data[key], **value} if isinstance(value, dict) else value
+    path = tmp_path / f"{stem}-mutated.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError) as refused:
+        logical.apply(zoo.get(machine_for(FIXTURES / "sketch" / f"{stem}.json")),
+                      sketch.load(path))
+    message = str(refused.value)
+    assert taccl_key in message and ours not in message
+    assert message.startswith(str(path)) and "\n" not in message

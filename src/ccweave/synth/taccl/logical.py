@@ -154,7 +154,8 @@ def _intranode_edges(topology: Topology, sketch: Sketch,
             for local in group:
                 if local >= len(node):
                     raise InputError(
-                        f"{sketch.source}: intranode.switches names local rank {local}, but "
+                        f"{sketch.source}: {sketch.field('intranode.switches')} names local "
+                        f"rank {local}, but "
                         f"node {node_number} of {topology.name!r} has {len(node)} ranks "
                         f"(0..{len(node) - 1})")
                 switch_group[local] = number
@@ -229,18 +230,18 @@ def _local_pairs(sketch: Sketch, size: int) -> list[tuple[int, int]]:
         if inter.receivers is not None:
             raise InputError(f"{source}: internode.receivers does not go with 'direct-map' "
                              "(local rank i always receives from local rank i); list the "
-                             "ranks in internode.senders")
+                             "ranks in internode.senders")  # ccweave's format only
         senders = inter.senders if inter.senders is not None else everyone
         pairs = [(s, s) for s in senders]
-        field_name = "internode.senders"
+        field_name = sketch.field("internode.senders")
     elif conn is Connections.FULLY_CONNECTED:
         senders = inter.senders if inter.senders is not None else everyone
         receivers = inter.receivers if inter.receivers is not None else senders
         pairs = [(s, r) for s in senders for r in receivers]
-        field_name = "internode.senders/receivers"
+        field_name = sketch.field("internode.senders/receivers")
     else:
         pairs = [(s, r) for s, targets in conn for r in targets]
-        field_name = "internode.connections"
+        field_name = sketch.field("internode.connections")
     for s, r in pairs:
         if max(s, r) >= size:
             raise InputError(f"{source}: {field_name} names local rank {max(s, r)}, but the "
@@ -265,7 +266,8 @@ def _internode_edges(topology: Topology, sketch: Sketch,
                 u, v = node_a[s], node_b[r]
                 if not topology.has_route(u, v):
                     raise InputError(
-                        f"{sketch.source}: internode.connections sends local rank {s} of node "
+                        f"{sketch.source}: {sketch.field('internode.connections')} sends local "
+                        f"rank {s} of node "
                         f"{a} (rank {u}) to local rank {r} of node {b} (rank {v}), but "
                         f"{topology.name!r} has no route between them; pick ranks with a NIC")
                 edges.append(_edge(topology, u, v, topology.route(u, v), True))
@@ -277,21 +279,22 @@ def _carriers(sketch: Sketch, nodes: tuple[tuple[int, ...], ...]
     inter, source = sketch.internode, sketch.source
     if not inter.carries:
         return None
+    carries = sketch.field("internode.carries")
     size = len(nodes[0])
     senders = {s for s, _ in _local_pairs(sketch, size)}
     carried: set[int] = set()
     for sender, locals_ in inter.carries:
         if sender not in senders:
-            raise InputError(f"{source}: internode.carries lists local rank {sender}, which "
+            raise InputError(f"{source}: {carries} lists local rank {sender}, which "
                              f"does not send across nodes (senders: {sorted(senders)})")
         for local in locals_:
             if local >= size:
-                raise InputError(f"{source}: internode.carries[{str(sender)!r}] names local "
+                raise InputError(f"{source}: {carries}[{str(sender)!r}] names local "
                                  f"rank {local}; the nodes have {size} ranks")
         carried.update(locals_)
     missing = sorted(set(range(size)) - carried)
     if missing:
-        raise InputError(f"{source}: internode.carries gives no sender for the data of local "
+        raise InputError(f"{source}: {carries} gives no sender for the data of local "
                          f"rank {missing[0]}; list it under one of the senders "
                          f"{sorted(senders)}")
     return frozenset((node[sender], node[local]) for node in nodes
@@ -353,7 +356,8 @@ def _symmetry_group(topology: Topology, sketch: Sketch, edges: list[Edge],
                                  "offsets must move whole nodes or stay inside them")
         if carriers is not None and any((perm[s], perm[r]) not in carriers
                                         for s, r in carriers):
-            raise InputError(f"{where}: does not preserve internode.carries")
+            raise InputError(f"{where}: does not preserve "
+                             f"{sketch.field('internode.carries')}")
         generators.append(perm)
     group = {identity}
     frontier = deque([identity])
@@ -393,10 +397,14 @@ def _check_reachable(logical: LogicalTopology, source: str) -> None:
             missing = [v for v in node if v not in seen]
             if missing:
                 hint = "'routes' or 'switch'" if strategy == "links" else "'routes'"
+                field = logical.sketch.field("intranode.strategy")
+                if logical.sketch.taccl_keys:  # TACCL's none takes any route that holds
+                    strategy, hint = ("switch", "'none'") if strategy == "switch" \
+                        else ("none", "'switch'")
                 raise InputError(
-                    f"{source}: intranode.strategy {strategy!r} leaves rank {u} unable to reach "
+                    f"{source}: {field} {strategy!r} leaves rank {u} unable to reach "
                     f"rank {missing[0]} inside node {number} of {logical.topology.name!r}; use "
-                    f"intranode.strategy {hint}")
+                    f"{field} {hint}")
     if len(logical.nodes) == 1:
         return
     outgoing: dict[tuple[int, int], list[int]] = {}
@@ -408,8 +416,8 @@ def _check_reachable(logical: LogicalTopology, source: str) -> None:
             for b in range(len(logical.nodes)):
                 if b != a and not any((x, b) in outgoing and logical.may_carry(x, s)
                                       for x in node):
-                    part = "internode.carries" if logical.carriers is not None \
-                        else "internode.connections"
+                    part = logical.sketch.field("internode.carries" if logical.carriers
+                                                is not None else "internode.connections")
                     raise InputError(f"{source}: {part} lets no rank of node {a} carry the "
                                      f"data of rank {s} to node {b}; add a sender for it")
 

@@ -125,6 +125,13 @@ class Sketch:
     name: str = "sketch"
     description: str = ""
     source: str = "sketch"
+    taccl_keys: bool = False
+    """Whether the file was TACCL's: errors then name TACCL's keys (:meth:`field`)."""
+
+    def field(self, name: str) -> str:
+        """How the user's file spells ccweave field ``name`` (``internode.carries`` is
+        ``internode_sketch.gpus_to_sender_rev_map`` in a TACCL sketch)."""
+        return TACCL_KEYS.get(name, name) if self.taccl_keys else name
 
     def to_dict(self) -> dict[str, object]:
         """The JSON form :func:`from_dict` reads back."""
@@ -156,6 +163,21 @@ class Sketch:
             data["nodes"] = self.nodes
         return data
 
+
+TACCL_KEYS = {
+    "nodes": "nnodes",
+    "intranode.strategy": "intranode_sketch.strategy",
+    "intranode.switches": "intranode_sketch.switches",
+    "intranode.hyperedge": "intranode_sketch.switch_hyperedge_strategy",
+    "internode.connections": "internode_sketch.internode_conn",
+    "internode.senders": "internode_sketch.internode_conn",
+    "internode.receivers": "internode_sketch.internode_conn",
+    "internode.senders/receivers": "internode_sketch.internode_conn",
+    "internode.carries": "internode_sketch.gpus_to_sender_rev_map",
+    "internode.enforce_ordering": "internode_sketch.enforce_ordering",
+    "input_chunkup": "hyperparameters.input_chunkup",
+}
+"""ccweave's sketch fields as TACCL's sketch files spell them."""
 
 _TOP_FIELDS = {"name", "description", "intranode", "internode", "symmetry_offsets",
                "input_chunkup", "nodes", "comment"}

@@ -77,7 +77,7 @@ def from_taccl(data: Mapping, source: str) -> sk.Sketch:
         input_chunkup=sk.chunkup(hyper.get("input_chunkup", 1), source,
                                  "hyperparameters.input_chunkup"),
         nodes=nodes, name=Path(source).stem if source != "sketch" else "taccl-sketch",
-        description="TACCL sketch file", source=source)
+        description="TACCL sketch file", source=source, taccl_keys=True)
 
 
 def _intranode(data: object, source: str) -> sk.IntranodeSketch:
