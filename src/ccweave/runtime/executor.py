@@ -4,6 +4,7 @@ whose local deps are done, reduces received data with torch, and gives up with a
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import heapq
 import time
@@ -25,6 +26,10 @@ reduction overlap the next piece's transfer, but each costs a message; on loopba
 messages were as fast or faster (benchmarks/executor.py)."""
 Combine = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
 _Views = list[tuple[torch.Tensor | None, torch.Tensor | None]]
+BINDINGS = 4
+"""Buffers an executor keeps bound at once (the most recently run): DDP's gradient buckets
+take turns on one schedule's executor, and rebinding walks every op of the program. The
+bound views hold their tensors, so this many buffers stay alive until :meth:`release`."""
 
 
 class Executor:
@@ -80,7 +85,9 @@ class Executor:
             t.dst == rank and t.dst_buffer == Buffer.INPUT for t in schedule.transfers)
         self._pool: dict[tuple, list[torch.Tensor]] = {}
         self._own: dict[tuple, torch.Tensor] = {}
-        self._bound: tuple[tuple, _Views] | None = None
+        self._bindings: collections.OrderedDict[tuple, tuple[_Views, int, int]] = \
+            collections.OrderedDict()
+        """(input, output) -> (views, bytes this rank sends, size in bytes), newest last."""
         self._send_bytes = 0
         self._size_bytes = 0
         self._calls = 0
@@ -119,8 +126,11 @@ class Executor:
     def _bind(self, input: torch.Tensor | None, output: torch.Tensor | None) -> _Views:
         key = tuple((t.data_ptr(), t.numel(), t.dtype, t.device) if t is not None else None
                     for t in (input, output))
-        if self._bound is not None and self._bound[0] == key:
-            return self._bound[1]
+        bound = self._bindings.get(key)
+        if bound is not None:
+            self._bindings.move_to_end(key)
+            views, self._send_bytes, self._size_bytes = bound
+            return views
         coll = self.schedule.collective
         chunk = self.chunk_elements(input, output)
         like = output if output is not None else input
@@ -157,7 +167,9 @@ class Executor:
         self.transport.expect_messages(max(
             (dst.numel() * dst.element_size() for op, (_, dst) in zip(self.program.ops, views)
              if op.kind is OpKind.RECV and dst is not None), default=0))
-        self._bound = (key, views)
+        self._bindings[key] = (views, self._send_bytes, self._size_bytes)
+        if len(self._bindings) > BINDINGS:
+            self._bindings.popitem(last=False)
         return views
 
     def record(self, on: bool = True) -> None:
@@ -166,7 +178,7 @@ class Executor:
 
     def release(self) -> None:
         """Drop cached views, temporaries and scratch (they are rebuilt on the next run)."""
-        self._bound = None
+        self._bindings.clear()
         self._pool.clear()
         self._own.clear()
 

@@ -79,6 +79,13 @@ class Transport(abc.ABC):
         """Stream-ordered transports: make later device work wait for ``handle``."""
         raise NotImplementedError
 
+    def flush(self, timeout: float) -> None:
+        """Hand every byte queued for a peer to the network, waiting up to ``timeout``
+        seconds: a rank about to go idle (a collective finished on a progress thread)
+        must not keep a message a peer still waits on. Nothing to do for transports that
+        queue nothing of their own."""
+        del timeout
+
     @abc.abstractmethod
     def barrier(self) -> None:
         """Every rank reaches this point before any leaves it."""
@@ -117,6 +124,9 @@ class Layered(Transport):
 
     def expect_messages(self, largest_bytes: int) -> None:
         self.inner.expect_messages(largest_bytes)
+
+    def flush(self, timeout: float) -> None:
+        self.inner.flush(timeout)
 
     def barrier(self) -> None:
         self.inner.barrier()

@@ -61,7 +61,7 @@ MAX_CHANNELS = 64
 LISTEN_BACKLOG = 256
 """Connections the kernel completes before the rank accepts them. 32 made trees on the
 shared-NIC testbed time out dialling. (4096 seemed to hang 8 local gloo ranks; the cause
-was sends left queued across a barrier, see :meth:`SocketTransport._flush`.)"""
+was sends left queued across a barrier, see :meth:`SocketTransport.flush`.)"""
 SEND_PARTS = 64
 """Queued pieces (headers and messages' bytes) handed to one ``sendmsg`` at most."""
 FLUSH_SECONDS = 60.0
@@ -210,6 +210,8 @@ class SocketTransport(Layered):
         """The most bytes kept aside for one message before its receive is posted."""
         self.memory = _host_memory()
         self.refused = 0
+        self.queued: set[_Lane] = set()
+        """Lanes with bytes waiting for the kernel (what :meth:`flush` waits on)."""
         self.lanes: dict[tuple[int, int, Route, bool | None], _Lane] = {}
         """(peer, channel, route, way) -> lane. The usual path is one connection both ways
         (``way`` None); a pinned route is one connection per direction (the route back
@@ -398,6 +400,7 @@ class SocketTransport(Layered):
             return message
         lane.sending.append((memoryview(_HEADER.pack(tag, view.nbytes)), message, False))
         lane.sending.append((view, message, True))
+        self.queued.add(lane)
         if len(lane.sending) == 2 and lane.sock is not None:
             self._write(lane)  # an idle connection starts at once
             self._watch(lane)
@@ -454,6 +457,7 @@ class SocketTransport(Layered):
                 sending[0] = (view[sent:], message, last)
             if short:
                 return  # the kernel's buffer is full
+        self.queued.discard(lane)
 
     def _pump(self, lane: _Lane) -> None:
         """Read what the connection holds up to the end of one message: a header, then the
@@ -563,6 +567,7 @@ class SocketTransport(Layered):
         for _, message, _ in lane.sending:
             message.error = why
         lane.sending.clear()
+        self.queued.discard(lane)
         for waiting in lane.posted.values():
             for message in waiting:
                 message.error = why
@@ -620,21 +625,22 @@ class SocketTransport(Layered):
     # ---------------------------------------------------------- the rest
 
     def barrier(self) -> None:
-        self._flush()
+        self.flush()
         self.inner.barrier()
 
     def sum_values(self, values: Sequence[float]) -> list[float]:
-        self._flush()
+        self.flush()
         return self.inner.sum_values(values)
 
-    def _flush(self, timeout: float = FLUSH_SECONDS) -> None:
+    def flush(self, timeout: float = FLUSH_SECONDS) -> None:
         """Hand every queued byte to the kernel before a blocking step of the inner
-        transport, which runs no epoll loop: a peer may be waiting on those bytes. A send
+        transport, which runs no epoll loop, and before a progress thread goes idle
+        (``ccweave.torch``): a peer may be waiting on those bytes. A send
         the layer above counts done can still be queued here (a shared-memory header on a
         lane whose peer has not dialled yet); left queued, the peer waited for it while
         this rank waited in the barrier, and 8 local ranks hung until gloo's timeout."""
         deadline = time.monotonic() + timeout
-        while any(lane.sending and not lane.error for lane in self.lanes.values()):
+        while self.queued:
             left = deadline - time.monotonic()
             if left <= 0:
                 return  # the step below times out and names the peer
@@ -654,6 +660,7 @@ class SocketTransport(Layered):
         for sock in self._greeting:
             sock.close()
         self.lanes.clear()
+        self.queued.clear()
         self.listener.close()
         self.selector.close()
         self.inner.close()
