@@ -49,7 +49,7 @@ def _drop_in(rank: int, world: int, port: int) -> None:
             x = torch.randint(-50, 50, (numel,), generator=generator).to(dtype)
             for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN):
                 a, b = x.clone(), x.clone()
-                cw.all_reduce(a, op=op)
+                cw.all_reduce(a, op=op, incumbent=False)  # ccweave's schedule, not gloo's
                 dist.all_reduce(b, op=op)
                 _same(a, b, f"all_reduce {dtype} {numel} {op}")
             out_a, out_b = x.new_empty(world * numel), x.new_empty(world * numel)
@@ -89,7 +89,7 @@ def _drop_in(rank: int, world: int, port: int) -> None:
     # AVG, async_op, an explicit plan, a registered plan and a subgroup
     x = torch.arange(12, dtype=torch.float32) * (rank + 1)
     avg = x.clone()
-    work = cw.all_reduce(avg, op=dist.ReduceOp.AVG, async_op=True)
+    work = cw.all_reduce(avg, op=dist.ReduceOp.AVG, async_op=True, incumbent=False)
     assert work.wait() and work.is_completed()
     _same(avg, torch.arange(12, dtype=torch.float32) * 2.5, "avg")
     halving = synthesize(load(f"switch:{world}"), "allreduce", "rabenseifner")
@@ -112,7 +112,7 @@ def _drop_in(rank: int, world: int, port: int) -> None:
     pair = dist.new_group([1, 3])
     if rank in (1, 3):
         mine, theirs = x.clone(), x.clone()
-        cw.all_reduce(mine, group=pair)
+        cw.all_reduce(mine, group=pair, incumbent=False)
         dist.all_reduce(theirs, group=pair)
         _same(mine, theirs, "subgroup")
         value = x.clone()
@@ -120,7 +120,7 @@ def _drop_in(rank: int, world: int, port: int) -> None:
         _same(value, torch.arange(12, dtype=torch.float32) * 4, "broadcast from global rank 3")
     dist.barrier()
     held = weakref.ref(dist.group.WORLD)
-    cw.all_reduce(torch.ones(4096))  # ccweave caches a transport that holds the group
+    cw.all_reduce(torch.ones(4096), incumbent=False)  # a transport that holds the group
     assert _outboxes() > 0, "the 16 KB allreduce did not go through shared memory"
     cw.reset()  # lets it go, and unmaps the shared memory
     assert _outboxes() == 0, "reset() left a shared-memory outbox open"
