@@ -3,7 +3,8 @@ Open MPI). For each machine: calibrate the cost model on its testbed (`ccweave p
 --calibrate`), then `ccweave bench` allreduce and allgather, every strategy, auto, gloo's
 and Open MPI's own collectives, 1 MB-64 MB (section ``bench``); auto with torch's default
 threads against OMP_NUM_THREADS=1, alternated (``threads``); the DDP example on the rail
-machine (``ddp``). Prints:
+machine (``ddp``); ``ccweave.torch`` against bench and gloo, per-call cost and the DDP
+hook with its overlap on each machine (``torch``). Prints:
 
 - per machine, collective and size: auto's pick and its time against the fastest
   ccweave schedule measured, and against gloo's and Open MPI's; at 16 MB and 64 MB also
@@ -14,12 +15,20 @@ machine (``ddp``). Prints:
 - the prediction error |predicted - measured| / measured over every (strategy, size,
   machine) case (targets: median <= 15%, worst <= 35%);
 - DDP step time with the ccweave hook vs stock DDP over gloo on the rail machine;
+- (torch) per machine, on the plan ``bench --model`` runs: ``ccweave.torch.all_reduce``
+  over bench's own executor, both timed as bench times, alternated rounds in one job
+  (target: within 10% at 32 KB, 1 MB and 16 MB); bench's auto over gloo; the microseconds
+  of a ``ccweave.torch.all_reduce`` call at 4 KB beside bench's executor and
+  ``dist.all_reduce``, and of each piece of the call; the DDP example, stock and hook in
+  alternated rounds (targets: >= 1.3x where auto is >= 1.3x gloo at the bucket sizes,
+  >= 0.97x everywhere, the same loss curve), and its overlap (a deeper model: the step
+  with the hook against backward alone plus the buckets' allreduces alone);
 - wall time, load average, peak RSS per rank.
 
     python benchmarks/testbed.py [--machines rail,nic,mist] [--sizes 1MB,4MB,16MB,64MB]
                                  [--out results.json] [--plots DIR]
-                                 [--sections bench,threads,ddp] [--models DIR]
-                                 [--include EARLIER.json]
+                                 [--sections bench,threads,ddp,torch] [--models DIR]
+                                 [--include EARLIER.json] [--torch-rounds 5]
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import resource
 import signal
@@ -44,6 +54,7 @@ MACHINES = {
     "rail": ("examples/topologies/rail-2x4.json", 3.0),
     "nic": ("examples/topologies/shared-nic-2x4.json", 1.4),
     "mist": ("mist", None),
+    "three": ("examples/topologies/three-nodes-unequal-nics.json", None),
 }
 """name -> (topology, speedup auto must reach over gloo's and MPI's at 16 and 64 MB)."""
 COLLECTIVES = ("allreduce", "allgather")
@@ -200,6 +211,139 @@ def ddp_section(model: Path, steps: int, results: dict) -> bool:
     return True
 
 
+TORCH_SIZES = "32KB,1MB,16MB"
+COST_SIZE = "4KB"
+TORCH_WITHIN = 1.10
+"""ccweave.torch.all_reduce's time over bench's for the same plan, at most."""
+DDP_TARGET, DDP_FLOOR = 1.3, 0.97
+"""The DDP hook over stock DDP: at least DDP_TARGET where bench's auto is that much
+faster than gloo at the bucket sizes, and never below DDP_FLOOR."""
+OVERLAP_SHAPE = ("--width", "512", "--depth", "4", "--batch", "128", "--bucket-mb", "1")
+"""A model whose backward pass takes about as long as its buckets' allreduces on the
+emulated machines, in buckets of 1 MB: the overlap figure."""
+
+
+def torch_section(name: str, spec: str, model: Path, args: argparse.Namespace,
+                  results: dict) -> bool:
+    """ccweave.torch on ``name``'s testbed: bench's figures for the plan, one job of the
+    four ways in alternated rounds (:mod:`testbed_torch`), then the DDP example."""
+    print(f"\n== torch on {name} ({spec})")
+    calibration = ["--save-model", str(model)] if not model.exists() else \
+        ["--model", str(model)]
+    try:
+        bench = ccweave("bench", spec, "allreduce", "--sizes", f"{COST_SIZE},{TORCH_SIZES}",
+                        "--strategies", "auto", "--baselines", "gloo", *calibration,
+                        "--json", env=ENV1)
+    except SystemExit as error:
+        print(error)
+        return False
+    results.setdefault("torch_bench", []).append({"machine": name, **bench})
+    save(args.out, results)
+    if bench.get("cost_model"):
+        cost = bench["cost_model"]
+        print(f"  model: overhead {cost['message_overhead_us']:.0f} us, latency "
+              f"{cost['message_latency_us']:.0f} us, efficiency {cost['link_efficiency']:.2f}")
+    times = {(row["algorithm"], row["size_bytes"]): row["measured_s"] for row in bench["rows"]}
+    for size in sorted({row["size_bytes"] for row in bench["rows"]}):
+        auto, gloo = times.get(("auto", size)), times.get(("gloo", size))
+        if auto and gloo:
+            print(f"  ccweave bench {size >> 10:>6} KB: auto {auto * 1e3:.2f} ms, gloo "
+                  f"{gloo * 1e3:.2f} ms: {gloo / auto:.2f}x")
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder, "torch.json")
+        try:
+            ccweave("testbed", "run", spec, "--", sys.executable,
+                    str(ROOT / "benchmarks" / "testbed_torch.py"), "--model", str(model),
+                    "--sizes", TORCH_SIZES, "--cost-size", COST_SIZE, "--rounds",
+                    str(args.torch_rounds), "--out", str(out), json_out=False, env=ENV1)
+            job = json.loads(out.read_text())
+        except (SystemExit, OSError, ValueError) as error:
+            print(error)
+            return False
+    results.setdefault("torch_jobs", []).append({"machine": name, **job})
+    save(args.out, results)
+    ok = True
+    print(f"  one job, {args.torch_rounds} alternated rounds (transport {job['transport']}"
+          f"{'; FALLBACK: ' + job['fallback'] if job['fallback'] else ''}; load "
+          f"{job['load_average'][0]:.1f}; peak RSS per rank "
+          f"{max(job['peak_rss_MB']):.0f} MB):")
+    speedups = {}
+    for row in job["rows"]:
+        size = row["size_bytes"]
+        ratios = [r["ccweave.torch"]["time_s"] / r["bench"]["time_s"] for r in row["rounds"]]
+        in_place = [r["ccweave.torch"]["time_s"] / r["bench in place"]["time_s"]
+                    for r in row["rounds"]]
+        wrong = sum(r[way]["wrong"] or 0 for r in row["rounds"] for way in r)
+        ratio = statistics.median(ratios)
+        speedups[size] = statistics.median(r["gloo"]["time_s"] / r["bench"]["time_s"]
+                                           for r in row["rounds"])
+        judged = size != parse_sizes(COST_SIZE)[0]
+        good = ratio <= TORCH_WITHIN and wrong == 0
+        ok &= good or not judged
+        print(f"  {size >> 10:>6} KB {row['schedule']}: bench {row['bench'] * 1e3:.2f} ms "
+              f"(in place {row['bench in place'] * 1e3:.2f}), ccweave.torch "
+              f"{row['ccweave.torch'] * 1e3:.2f} ms: x{ratio:.2f} of bench (rounds "
+              f"{', '.join(f'{r:.2f}' for r in ratios)}; x{statistics.median(in_place):.2f}"
+              f" of in place); gloo {row['gloo'] * 1e3:.2f} ms, auto {speedups[size]:.2f}x "
+              f"gloo; #wrong {wrong}" + ("" if good or not judged else "  <- MISSES"))
+    cost = next(row for row in job["rows"] if row["size_bytes"] == parse_sizes(COST_SIZE)[0])
+    extra = (cost["ccweave.torch"] - cost["bench in place"]) * 1e6
+    print(f"  per call at {COST_SIZE}: ccweave.torch {cost['ccweave.torch'] * 1e6:.0f} us, "
+          f"bench's executor in place {cost['bench in place'] * 1e6:.0f} us (difference "
+          f"{extra:+.0f} us), dist.all_reduce {cost['gloo'] * 1e6:.0f} us; the call's pieces "
+          "alone: " + ", ".join(f"{piece} {us:.1f} us" for piece, us in
+                                job["per_call_us"].items()))
+    ok &= ddp_runs(name, spec, model, args, results, speedups)
+    return ok
+
+
+def ddp_runs(name: str, spec: str, model: Path, args: argparse.Namespace, results: dict,
+             speedups: dict[int, float]) -> bool:
+    """The DDP example on the testbed (the issue's 512-wide model, then a deeper one for
+    the overlap), stock and hook in alternated rounds."""
+    ok = True
+    for label, shape in (("512 wide", ("--width", "512")), ("overlap", OVERLAP_SHAPE)):
+        try:
+            out = ccweave("testbed", "run", spec, "--", sys.executable,
+                          str(ROOT / "examples" / "train_ddp.py"), "--topology", str(model),
+                          "--strategy", "auto", *shape, "--steps", str(args.ddp_steps),
+                          "--rounds", str(args.ddp_rounds),
+                          *(["--overlap"] if label == "overlap" else []),
+                          json_out=False, env=ENV1)
+        except SystemExit as error:
+            print(error)
+            ok = False
+            continue
+        results.setdefault("torch_ddp", []).append({"machine": name, "shape": label,
+                                                    "out": out})
+        save(args.out, results)
+        lines = out.splitlines()
+        step = next((line for line in lines if line.startswith("median step")), "")
+        buckets = next((line for line in lines if line.startswith("buckets")), "")
+        ratio = float(step.split("ms: ")[1].split("x")[0]) if "ms: " in step else 0.0
+        same = any("same curve" in line for line in lines)
+        if label == "512 wide":
+            counts = [int(n) for n in buckets.split("[")[1].split("]")[0].split(",") if n] \
+                if "[" in buckets else []
+            classes = [min(speedups, key=lambda s: abs(math.log2(s / (4 * n))))
+                       for n in counts] if counts and speedups else []
+            wins = bool(classes) and all(speedups[c] >= DDP_TARGET for c in classes)
+            target = DDP_TARGET if wins else DDP_FLOOR
+            good = ratio >= target and same
+            ok &= good
+            print(f"  DDP {label}: {step}; {'same curve' if same else 'CURVES DIFFER'}; "
+                  f"target >= {target} (auto {', '.join(f'{speedups[c]:.2f}x' for c in classes)}"
+                  f" gloo at the bucket sizes){'' if good else '  <- MISSES'}")
+            print(f"    {buckets}")
+        else:
+            ok &= same and ratio >= DDP_FLOOR
+            print(f"  DDP {label} ({' '.join(shape)}): {step}")
+            for line in lines:
+                if line.startswith("overlap"):
+                    print(f"    {line}")
+    return ok
+
+
 def case_errors(machine: str, kind: str, rows: list[dict]) -> list[tuple[float, str]]:
     """|predicted - measured| / measured of each ccweave schedule (auto's pick is counted
     under its own strategy), labelled by machine, collective, strategy and size."""
@@ -263,11 +407,17 @@ def main() -> int:
     parser.add_argument("--out", help="write every result as JSON")
     parser.add_argument("--plots", help="folder for each bench's PNG plots")
     parser.add_argument("--ddp-steps", type=int, default=20)
+    parser.add_argument("--ddp-rounds", type=int, default=3,
+                        help="alternated rounds of stock DDP and the hook (torch section)")
+    parser.add_argument("--torch-rounds", type=int, default=5,
+                        help="alternated rounds of the torch section's job")
     parser.add_argument("--strategies", help="ccweave strategies the bench section runs "
                         "beside auto (default: every fast one)")
     parser.add_argument("--sections", default="bench,threads,ddp",
                         help="bench (every strategy and the incumbents), threads (auto "
-                             "with and without OMP_NUM_THREADS=1), ddp")
+                             "with and without OMP_NUM_THREADS=1), ddp, torch "
+                             "(ccweave.torch against bench, per-call cost, the DDP hook "
+                             "and its overlap on every machine named)")
     parser.add_argument("--rounds", type=int, default=2,
                         help="alternations of the threads section")
     parser.add_argument("--include", action="append", default=[], metavar="JSON",
@@ -296,6 +446,11 @@ def main() -> int:
         for name in args.machines.split(","):
             spec, target = MACHINES[name]
             print(f"\n== {name} ({spec})")
+            if "torch" in sections:
+                ok &= torch_section(name, spec, model_path(folder, name, "allreduce"), args,
+                                    results)
+            if not sections & {"bench", "threads"}:
+                continue
             for kind in COLLECTIVES:
                 model = model_path(folder, name, kind)
                 if "bench" in sections:
