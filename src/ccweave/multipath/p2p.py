@@ -281,7 +281,7 @@ def build_multipath(topology: Topology, kind: Kind, *, root: int = 0,
     """``sendrecv`` from ``root`` to option ``peer`` (default ``root + 1``) planned by
     :func:`plan_p2p` for option ``size`` bytes (default 64 MiB); options ``kinds``
     (comma-separated), ``max_paths``, ``max_relays``, ``max_pieces`` as there."""
-    require_kind(Kind.parse(kind), {Kind.SENDRECV}, "multipath")
+    require_kind(kind, {Kind.SENDRECV}, "multipath")
     known = ("peer", "size", "kinds", "max_paths", "max_relays", "max_pieces")
     reject_options(options, "multipath", known)
     kinds = options.get("kinds", DEFAULT_KINDS)

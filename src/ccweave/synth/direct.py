@@ -112,7 +112,6 @@ def build_direct(topology: Topology, kind: Kind, *, root: int = 0, chunks: int |
     ``sendrecv`` takes option ``peer`` (default ``root + 1``). Raises
     ``NotApplicableError`` when a pair it needs has no route.
     """
-    kind = Kind.parse(kind)
     require_kind(kind, DIRECT_KINDS, "direct")
     peer = options.pop("peer", (root + 1) % topology.num_ranks)
     reject_options(options, "direct")
@@ -131,7 +130,6 @@ def build_pairwise(topology: Topology, kind: Kind, *, root: int = 0, chunks: int
     """Pairwise-exchange alltoall; a rank starts round ``k+1`` once its round-``k`` send
     and receive are done (explicit dependencies, as MPI's blocking sendrecv orders them).
     """
-    kind = Kind.parse(kind)
     require_kind(kind, PAIRWISE_KINDS, "pairwise")
     reject_options(options, "pairwise")
     c = chunks_for(chunks)

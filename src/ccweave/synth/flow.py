@@ -563,7 +563,7 @@ def build_flow(topology: Topology, kind: Kind, *, root: int = 0, chunks: int | N
     from ccweave.bounds import lower_bound
     from ccweave.simulate import simulate
 
-    require_kind(Kind.parse(kind), {Kind.ALLTOALL}, "flow")
+    require_kind(kind, {Kind.ALLTOALL}, "flow")
     size, epochs = _options(dict(options))
     if topology.num_ranks < 2:
         raise NotApplicableError("strategy 'flow' needs at least two ranks")

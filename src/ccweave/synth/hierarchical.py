@@ -215,7 +215,6 @@ def build_hierarchical(topology: Topology, kind: Kind, *, root: int = 0,
 
     Raises ``NotApplicableError`` on one node, nodes of different sizes, or no ring.
     """
-    kind = Kind.parse(kind)
     require_kind(kind, BUILDERS, "hierarchical")
     reject_options(options, "hierarchical", ["channels"])
     if channels is not None and (isinstance(channels, bool) or not isinstance(channels, int)

@@ -363,7 +363,7 @@ def build_flat_pipelined(topology: Topology, kind: Kind, *, root: int = 0,
     ring allreduce where it simulates faster at ``size``). Needs a route between every
     pair and one node (several nodes: hierarchical-pipelined).
     """
-    require_kind(Kind.parse(kind), {Kind.ALLREDUCE}, "flat-pipelined")
+    require_kind(kind, {Kind.ALLREDUCE}, "flat-pipelined")
     depth, size, multipath = _options("flat-pipelined", options)
     if len(topology.groups.get("node", ())) > 1:
         raise NotApplicableError(
@@ -401,7 +401,7 @@ def build_hierarchical_pipelined(topology: Topology, kind: Kind, *, root: int = 
     simulation at ``size``. Needs ``groups["socket"]`` or ``groups["node"]``: several
     groups, not all single ranks.
     """
-    require_kind(Kind.parse(kind), {Kind.ALLREDUCE}, "hierarchical-pipelined")
+    require_kind(kind, {Kind.ALLREDUCE}, "hierarchical-pipelined")
     depth, size, multipath = _options("hierarchical-pipelined", options, ("level", "intra"))
     level, intra = options.get("level"), options.get("intra")
     if level is not None and level not in LEVELS:

@@ -46,7 +46,6 @@ def distances(n: int) -> list[int]:
 def _prepare(topology: Topology, kind: Kind, chunks: int | None, options: dict[str, object],
              strategy: str, kinds: frozenset[Kind]) -> ScheduleBuilder:
     """Check what every recursive strategy needs and start the schedule."""
-    kind = Kind.parse(kind)
     require_kind(kind, kinds, strategy)
     reject_options(options, strategy)
     require_power_of_two(topology, strategy)

@@ -500,7 +500,6 @@ def build_ring(topology: Topology, kind: Kind, *, root: int = 0, chunks: int | N
 
     Raises ``NotApplicableError`` when the topology has no ring (no Hamiltonian cycle).
     """
-    kind = Kind.parse(kind)
     require_kind(kind, BUILDERS, "ring")
     reject_options(options, "ring", ["channels"])
     if channels is not None and (isinstance(channels, bool) or not isinstance(channels, int)

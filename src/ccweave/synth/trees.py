@@ -265,7 +265,6 @@ def build_double_binary_tree(topology: Topology, kind: Kind, *, root: int = 0,
     order the trees are laid over (:func:`tree_order`). Raises ``NotApplicableError``
     when a tree edge has no route.
     """
-    kind = Kind.parse(kind)
     require_kind(kind, TREE_KINDS, "double-binary-tree")
     reject_options(options, "double-binary-tree", ["order"])
     order = str(options.get("order", "auto"))
@@ -429,7 +428,6 @@ def build_binomial(topology: Topology, kind: Kind, *, root: int = 0, chunks: int
 
     Raises ``NotApplicableError`` when a tree edge has no route.
     """
-    kind = Kind.parse(kind)
     require_kind(kind, BINOMIAL_KINDS, "binomial")
     reject_options(options, "binomial")
     c = chunks_for(chunks)

@@ -105,7 +105,6 @@ def build_trees(topology: Topology, kind: Kind, *, root: int = 0, chunks: int | 
     Reduce-scatter and reduce run the allgather and broadcast trees of the reversed
     topology backwards; allreduce is that reduce-scatter followed by the allgather.
     """
-    kind = Kind.parse(kind)
     require_kind(kind, KINDS, "trees")
     reject_options(options, "trees", ["size"])
     size = _size(options["size"]) if "size" in options else None
