@@ -28,7 +28,7 @@ hook with its overlap on each machine (``torch``). Prints:
     python benchmarks/testbed.py [--machines rail,nic,mist] [--sizes 1MB,4MB,16MB,64MB]
                                  [--out results.json] [--plots DIR]
                                  [--sections bench,threads,ddp,torch] [--models DIR]
-                                 [--include EARLIER.json] [--torch-rounds 5]
+                                 [--include EARLIER.json] [--torch-rounds 9]
 """
 
 from __future__ import annotations
@@ -409,7 +409,7 @@ def main() -> int:
     parser.add_argument("--ddp-steps", type=int, default=20)
     parser.add_argument("--ddp-rounds", type=int, default=3,
                         help="alternated rounds of stock DDP and the hook (torch section)")
-    parser.add_argument("--torch-rounds", type=int, default=5,
+    parser.add_argument("--torch-rounds", type=int, default=9,
                         help="alternated rounds of the torch section's job")
     parser.add_argument("--strategies", help="ccweave strategies the bench section runs "
                         "beside auto (default: every fast one)")

@@ -4,8 +4,8 @@
 On the transport ``ccweave run`` and ``bench`` use (``ccweave.runtime.job.connect``:
 shared memory, ccweave's sockets, gloo, the job's secret) it measures, at each size, the
 auto plan of the calibrated model ``M`` (the plan ``bench --model M`` builds) four ways,
-in alternated rounds, each as ``bench`` times it (a check, then runs for about half a
-second after a barrier, the slowest rank's time): bench's own executor out of place and in
+in alternated rounds, each as ``bench`` times it (a check, then runs for about 0.3 s
+after a barrier, the slowest rank's time): bench's own executor out of place and in
 place, ``ccweave.torch.all_reduce`` (in place, the incumbent left out: the same plan), and
 gloo's ``dist.all_reduce``. At the per-call cost size it also times the pieces of a
 ``ccweave.torch.all_reduce`` call on their own. Rank 0 writes the JSON ``--out`` names.
@@ -37,6 +37,8 @@ from ccweave.topology.io import load
 from ccweave.units import parse_size
 
 WAYS = ("bench", "bench in place", "ccweave.torch", "gloo")
+TARGET_S = 0.3
+"""Seconds of timed runs per way and round (bench's are 0.5 s; rounds alternate here)."""
 
 
 def measure_round(plan, transport, size: int, first: bool, order: tuple[str, ...]
@@ -46,7 +48,7 @@ def measure_round(plan, transport, size: int, first: bool, order: tuple[str, ...
     coll = schedule.collective
     layout = layout_for_bytes(coll, size, 4)
     options = Options(torch.float32, RedOp.SUM, iters=200, warmup=1 if first else 0,
-                      check=True, target_s=0.5)
+                      check=True, target_s=TARGET_S)
     runner = Runner(plan, transport, options)
     out_of_place, in_place = runner.executor(schedule, False), runner.executor(schedule, True)
     calls = {
@@ -98,12 +100,41 @@ def per_call_pieces(plan, size: int, repeats: int = 2000) -> dict[str, float]:
     return found
 
 
+def call_overhead(plan, size: int, calls: int = 300) -> dict[str, float]:
+    """Microseconds a whole ``ccweave.torch.all_reduce`` call takes beyond its executor's
+    run (every rank calls it: the calls communicate), median and mean over ``calls``."""
+    from ccweave.runtime import executor as executors
+
+    tensor = torch.ones(size // 4)
+    runs: list[float] = []
+    run = executors.Executor.run
+
+    def timed(self, *args, **kwargs) -> None:
+        start = time.perf_counter()
+        run(self, *args, **kwargs)
+        runs.append(time.perf_counter() - start)
+
+    calls_s = []
+    executors.Executor.run = timed  # type: ignore[method-assign]
+    try:
+        for _ in range(calls):
+            start = time.perf_counter()
+            cw.all_reduce(tensor, plan=plan, incumbent=False)
+            calls_s.append(time.perf_counter() - start)
+    finally:
+        executors.Executor.run = run  # type: ignore[method-assign]
+    beyond = [(whole - inner) * 1e6 for whole, inner in zip(calls_s, runs)][calls // 10:]
+    return {"beyond the run, median": statistics.median(beyond),
+            "beyond the run, mean": statistics.mean(beyond),
+            "the run, median": statistics.median(runs) * 1e6}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--sizes", default="32KB,1MB,16MB")
     parser.add_argument("--cost-size", default="4KB")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     sizes = [int(parse_size(s)) for s in args.sizes.split(",")]
@@ -127,7 +158,7 @@ def main() -> int:
                       f"({time.time() - start:.0f} s)", flush=True)
         rows.append({"size_bytes": size, "schedule": plan.schedule_for(size).name,
                      "rounds": rounds})
-    pieces = per_call_pieces(plan, cost_size)
+    pieces = {**call_overhead(plan, cost_size), **per_call_pieces(plan, cost_size)}
     rss = peak_rss_bytes() / 2**20
     peaks = transport.sum_values([rss if r == job.rank else 0.0
                                   for r in range(job.world_size)])
