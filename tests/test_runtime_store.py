@@ -117,7 +117,7 @@ def _env_rank(rank: int, world: int, port: int, addr: str, topology: str,
 @needs_proc
 def test_a_second_job_on_the_same_master_port_is_named_and_the_first_runs_on():
     port = _free_port()
-    first = [_env_rank(rank, 2, port, "127.0.0.1", "switch:2", "--iters", "100000000",
+    first = [_env_rank(rank, 2, port, "127.0.0.1", "switch:2", "--iters", "1000000",
                        "--timeout", "30") for rank in (0, 1)]
     try:
         deadline = time.monotonic() + 120
