@@ -44,6 +44,7 @@ from ccweave.synth.taccl.lower import (
     lower,
     serialize_local_steps,
     shared_across_ranks,
+    shared_ports,
 )
 from ccweave.synth.taccl.milp import SolverSettings
 from ccweave.synth.taccl.order_bound import order_bound
@@ -76,6 +77,9 @@ PORT_ORDERS = ("internode", "none", "all")
 """Which sends through a rank's shared port wait for each other, tried in turn (see
 :func:`~ccweave.synth.taccl.lower.shared_ports`): NIC sends one at a time pipeline a
 relay's chunks; all at once overlap their latencies (alltoall)."""
+ORDER_RESERVE = 4.0
+"""A further ordering is made only while the time left is this many times the slowest
+ordering so far (the rest of the time goes to lowering what was ordered)."""
 ORDER_PRUNE = 1.1
 """An ordering whose model makespan is over this multiple of the best ordering of the same
 routes is not lowered (it is listed with its makespan): lowering costs far more than
@@ -359,11 +363,22 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
              for heuristic in _heuristics(routing, options)]
     seen: list[tuple[Routing, Ordering, Heuristic]] = []
     slowest = 0.0  # wall seconds of the slowest (routing, heuristic) tried so far
-    orderings = {(id(r), h): order(logical, r, chunk_bytes, h) for r, h in plans}
-    best_model = {id(r): min(orderings[(id(r), h)].makespan_s for rr, h in plans if rr is r)
-                  for r in unique}
+    orderings: dict[tuple[int, Heuristic], Ordering] = {}
+    slowest_order = 0.0
+    for r, h in plans:  # ordering is cheap next to lowering, but not free on 80 GPUs
+        if any(rr is r for rr, _ in orderings) and \
+                slowest_order * ORDER_RESERVE > clock.left():
+            tried_orders.setdefault(r.method, {})[h.value] = "skipped: time (not ordered)"
+            continue
+        began = time.perf_counter()
+        orderings[(id(r), h)] = order(logical, r, chunk_bytes, h)
+        slowest_order = max(slowest_order, time.perf_counter() - began)
+    best_model = {id(r): min(o.makespan_s for (key, _), o in orderings.items()
+                             if key == id(r)) for r in unique}
     for routing, heuristic in plans:
-        ordering = orderings[(id(routing), heuristic)]
+        ordering = orderings.get((id(routing), heuristic))
+        if ordering is None:
+            continue
         if ordering.makespan_s > best_model[id(routing)] * ORDER_PRUNE:
             tried_orders.setdefault(routing.method, {})[heuristic.value] = (
                 f"not lowered: {ordering.makespan_s * 1e6:.1f} us ordered, over "
@@ -426,9 +441,9 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
     return Direct(schedule, report, logical, kept.routing, chunk_bytes, kept.time_s)
 
 
-SEARCH_HEURISTICS = (Heuristic.EARLIEST_START, Heuristic.OWN_NODE_FIRST)
+SEARCH_HEURISTICS = (Heuristic.EARLIEST_START,)
 """The orderings that score a routing in the route search: quick, and the best of stage
-2's on most sketches."""
+2's on most sketches (each more would double the time a score takes)."""
 
 
 def _ordering_score(logical: LogicalTopology, chunk_bytes: float
@@ -443,10 +458,17 @@ def _ordering_score(logical: LogicalTopology, chunk_bytes: float
     return score
 
 
+ORDER_PREFERENCE = (Heuristic.EARLIEST_START, Heuristic.OWN_NODE_FIRST, Heuristic.BACKWARD,
+                    Heuristic.SOLVER_TIMES, Heuristic.LONGEST_REMAINING,
+                    Heuristic.LONGEST_SOURCES_FIRST, Heuristic.LONGEST_OWN_NODE)
+"""The order ``ordering=best`` tries heuristics in (the time limit may cut the last):
+those that won most often in benchmarks/taccl.py first."""
+
+
 def _heuristics(routing: Routing, options: TacclOptions) -> tuple[Heuristic, ...]:
     """The ordering heuristics to try for ``routing``: those asked for that apply."""
     usable = heuristics_for(routing)
-    return tuple(h for h in options.heuristics() or usable if h in usable) or \
+    return tuple(h for h in options.heuristics() or ORDER_PREFERENCE if h in usable) or \
         (Heuristic.EARLIEST_START,)  # solver times asked for, but these routes have none
 
 
@@ -460,7 +482,10 @@ def _lowered(topology: Topology, demand: Demand, logical: LogicalTopology,
 
     best: tuple[float, Schedule] | None = None
     paces = (False, True) if shared_across_ranks(logical, ordering) else (False,)
-    for port_order, pace in itertools.product(PORT_ORDERS, paces):
+    ports = {}  # port orders that queue the same sends are the same lowering
+    for port_order in PORT_ORDERS:
+        ports.setdefault(tuple(sorted(shared_ports(logical, port_order).items())), port_order)
+    for port_order, pace in itertools.product(ports.values(), paces):
         schedule, seconds = _replayed(
             topology, options.size, ordering, groups,
             lambda priority, port_order=port_order, pace=pace: lower(

@@ -27,6 +27,10 @@ Path = tuple[int, ...]
 
 SPLIT_MIN_RANKS = 4
 """Nodes with fewer ranks get no split trees (a helper would save one send at most)."""
+SPLIT_ALL_MAX_RANKS = 4
+"""Nodes of at most this many ranks are offered every split tree (every helper, every way
+to share the others), a set that renumbering the ranks maps onto itself; larger nodes a
+few, chosen by rank number."""
 
 TREE_DIVERSITY_PENALTY = 1.0
 """Each earlier tree that used an edge adds this multiple of its cost when the next
@@ -178,31 +182,45 @@ class PathFinder:
     def _split_trees(self, graph: nx.DiGraph, root: int) -> list[Tree]:
         """In a node where every rank sends to every other (a switch), trees that share
         the fan-out with a helper: the root sends to the helper and half the others, the
-        helper to the rest (helpers: the next rank and the one half a node on). A star
-        puts a relay's whole fan-out on its one switch port; these let the routing stage
-        spread it."""
+        helper to the rest (in small nodes every such tree; else helpers the next rank and
+        the one half a node on). A star puts a relay's whole fan-out on its one switch
+        port; these let the routing stage spread it."""
         node = self.logical.nodes[self.logical.node_of[root]]
         size = len(node)
         if size < SPLIT_MIN_RANKS or any(not graph.has_edge(u, v)
                                          for u in node for v in node if u != v):
             return []
         at = node.index(root)
-        trees = []
-        for step in dict.fromkeys((1, size // 2)):
-            helper = node[(at + step) % size]
-            others = [node[(at + k) % size] for k in range(1, size)
-                      if node[(at + k) % size] != helper]
-            half = (len(others) + 1) // 2
-            edges = [graph.edges[root, helper]["id"]]
-            depth = {root: 0.0, helper: graph.edges[root, helper]["cost"]}
-            for v in others[:half]:
-                edges.append(graph.edges[root, v]["id"])
-                depth[v] = graph.edges[root, v]["cost"]
-            for v in others[half:]:
-                edges.append(graph.edges[helper, v]["id"])
-                depth[v] = depth[helper] + graph.edges[helper, v]["cost"]
-            trees.append(Tree(root, tuple(sorted(edges)), depth))
-        return trees
+        others = [node[(at + k) % size] for k in range(1, size)]
+        if size <= SPLIT_ALL_MAX_RANKS:
+            shares = []
+            for helper in others:
+                rest = [v for v in others if v != helper]
+                for mine in itertools.combinations(rest, (len(rest) + 1) // 2):
+                    shares.append((helper, list(mine), [v for v in rest if v not in mine]))
+        else:
+            shares = []
+            for step in dict.fromkeys((1, size // 2)):
+                helper = node[(at + step) % size]
+                rest = [v for v in others if v != helper]
+                half = (len(rest) + 1) // 2
+                shares.append((helper, rest[:half], rest[half:]))
+        return [self._split(graph, root, *share) for share in shares]
+
+    @staticmethod
+    def _split(graph: nx.DiGraph, root: int, helper: int, mine: list[int],
+               helped: list[int]) -> Tree:
+        """The tree where ``root`` sends to ``helper`` and ``mine``, ``helper`` to
+        ``helped``."""
+        edges = [graph.edges[root, helper]["id"]]
+        depth = {root: 0.0, helper: graph.edges[root, helper]["cost"]}
+        for v in mine:
+            edges.append(graph.edges[root, v]["id"])
+            depth[v] = graph.edges[root, v]["cost"]
+        for v in helped:
+            edges.append(graph.edges[helper, v]["id"])
+            depth[v] = depth[helper] + graph.edges[helper, v]["cost"]
+        return Tree(root, tuple(sorted(edges)), depth)
 
     def _grow(self, graph: nx.DiGraph, root: int, uses: dict[int, int]) -> Tree:
         """Dijkstra from ``root`` on costs inflated by earlier use; depths in true costs."""

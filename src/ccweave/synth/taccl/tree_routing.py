@@ -36,7 +36,7 @@ from ccweave.synth.taccl.logical import LogicalTopology
 from ccweave.synth.taccl.milp import DEFAULT_SETTINGS, MilpResult, Model, SolverSettings
 from ccweave.synth.taccl.paths import PathFinder
 from ccweave.synth.taccl.progress import Progress
-from ccweave.synth.taccl.route_search import hill_climb
+from ccweave.synth.taccl.route_search import better, hill_climb
 from ccweave.synth.taccl.routes import Hop, Routing, tree_hops
 from ccweave.synth.taccl.sketch import Hyperedge
 
@@ -46,6 +46,9 @@ HOP_TIE_BREAK = 1e-3
 LATENCY_TIE_BREAK = 0.05
 """Weight of the mean delivery time (entry plus spreading tree height, path time)
 beside the makespan: among routes that load links alike, shallow trees and near relays."""
+SEARCH_MAX_SENDS = 4000
+"""Routings of more sends are not searched: stage 2 orders one in seconds (ndv2:10's
+12,640 sends: about 10 s under load), so a search would score a handful."""
 UC_TIE_BREAK = 1e-3
 """Weight of the switch-connection count, relative to the warm start's makespan."""
 
@@ -79,8 +82,17 @@ def route_trees(logical: LogicalTopology, demand: Demand, chunk_bytes: float, *,
                       result.gap, result.seconds, model.num_vars, result.describe(), "trees")
     if score is None or search_s <= 0:
         return [routing]
-    searched = hill_climb(selection, problem.neighbours,
-                          lambda chosen: score(problem.hops_of(chosen)), search_s)
+    sends = sum(len(hops) for hops in routing.hops)
+    if sends > SEARCH_MAX_SENDS:  # one score would take seconds
+        return [replace(routing, note=f"{routing.note}; route search: skipped, {sends} sends "
+                                      f"(over {SEARCH_MAX_SENDS})")]
+    scored = lambda chosen: score(problem.hops_of(chosen))  # noqa: E731
+    searched = hill_climb(selection, problem.neighbours, scored, search_s / 2)
+    first = problem.first_options()
+    if first != selection:  # a second start: every chunk on its first trees and relays
+        again = hill_climb(first, problem.neighbours, scored, search_s - searched.seconds)
+        if better(again.score, searched.score):
+            searched = again
     if progress:
         progress(Progress("routing", searched.note()))
     if searched.state == selection:
@@ -389,6 +401,19 @@ class _Problem:
             values[z] = float(any(values[c] > 0.5 for c in cols))
         values[self.time] = self._time_of(values)
         return values
+
+    def first_options(self) -> Selection:
+        """Every chunk's first tree in each node and its first relay to each node (the
+        shortest ones), the spreading trees of other receivers inactive."""
+        found = []
+        for choices in self.choices:
+            taken = [0] * len(choices)
+            for j, choice in enumerate(choices):
+                if choice.entry is not None:
+                    entry = choices[choice.entry]
+                    taken[j] = 0 if entry.lands and entry.lands[0] == choice.receiver else -1
+            found.append(tuple(taken))
+        return tuple(found)
 
     def neighbours(self, selection: Selection) -> list[Selection]:
         """Selections that take another option in one choice of one chunk: another tree,
