@@ -7,8 +7,8 @@ order badly: two chunks of a GPU pair share their NIC, one crosses second, and a
 from its receiver then takes fifteen switch hops after it landed, while a tree that
 shares the fan-out with a helper would not. The relaxation cannot tell the two apart;
 the list scheduling of stage 2 can. So, starting from the selection's answer, each chunk
-orbit tries the other trees and relays it was offered, one change at a time, and the
-change that stage 2 orders fastest stays; until no change helps or the time is up.
+orbit tries the other trees and relays it was offered, one change at a time, and a change
+stays when stage 2 orders the routes faster; until no change helps or the time is up.
 """
 
 from __future__ import annotations
@@ -64,11 +64,9 @@ class Searched:
 def hill_climb(start: State, neighbours: Callable[[State], Sequence[State]],
                score: Callable[[State], Score], seconds: float,
                max_scored: int = MAX_SCORED) -> Searched:
-    """Best-improvement hill climbing from ``start`` within ``seconds``: every neighbour of
-    the current state is scored and the best becomes current, until none scores lower,
-    ``seconds`` have passed or ``max_scored`` states were scored.
-    (Taking the first that scores lower made the answer depend on the order neighbours
-    come in, i.e. on rank labels: a relabelled twin of a sketch landed elsewhere.)"""
+    """First-improvement hill climbing from ``start``: the first neighbour that scores
+    lower becomes the current state, until none does, ``seconds`` have passed or
+    ``max_scored`` states were scored."""
     began = time.perf_counter()
     seen: dict[State, Score] = {start: score(start)}
     current, best = start, seen[start]
@@ -78,17 +76,15 @@ def hill_climb(start: State, neighbours: Callable[[State], Sequence[State]],
                         finished)
 
     while True:
-        step: tuple[Score, State] | None = None
+        improved = False
         for candidate in neighbours(current):
             if time.perf_counter() - began > seconds or len(seen) >= max_scored:
-                if step is not None:
-                    current, best = step[1], step[0]
                 return answer(False)
-            if candidate not in seen:
-                seen[candidate] = score(candidate)
-            value = seen[candidate]
-            if better(value, best) and (step is None or better(value, step[0])):
-                step = (value, candidate)
-        if step is None:
+            if candidate in seen:
+                continue
+            value = seen[candidate] = score(candidate)
+            if better(value, best):
+                current, best, improved = candidate, value, True
+                break
+        if not improved:
             return answer(True)
-        current, best = step[1], step[0]

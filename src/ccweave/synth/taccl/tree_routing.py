@@ -87,7 +87,7 @@ def route_trees(logical: LogicalTopology, demand: Demand, chunk_bytes: float, *,
         return [replace(routing, note=f"{routing.note}; route search: skipped, {sends} sends "
                                       f"(over {SEARCH_MAX_SENDS})")]
     scored = lambda chosen: score(problem.hops_of(chosen))  # noqa: E731
-    searched = hill_climb(selection, problem.neighbours, scored, search_s / 2)
+    searched = hill_climb(selection, problem.neighbours, scored, search_s)
     first = problem.first_options()
     if first != selection:  # a second start: every chunk on its first trees and relays
         again = hill_climb(first, problem.neighbours, scored, search_s - searched.seconds)
