@@ -28,7 +28,7 @@ hook with its overlap on each machine (``torch``). Prints:
     python benchmarks/testbed.py [--machines rail,nic,mist] [--sizes 1MB,4MB,16MB,64MB]
                                  [--out results.json] [--plots DIR]
                                  [--sections bench,threads,ddp,torch] [--models DIR]
-                                 [--include EARLIER.json] [--torch-rounds 9]
+                                 [--include EARLIER.json] [--torch-rounds 8]
 """
 
 from __future__ import annotations
@@ -226,7 +226,7 @@ emulated machines, in buckets of 1 MB: the overlap figure."""
 def torch_section(name: str, spec: str, model: Path, args: argparse.Namespace,
                   results: dict) -> bool:
     """ccweave.torch on ``name``'s testbed: bench's figures for the plan, one job of the
-    four ways in alternated rounds (:mod:`testbed_torch`), then the DDP example."""
+    four ways in rounds of rotated order (:mod:`testbed_torch`), then the DDP example."""
     print(f"\n== torch on {name} ({spec})")
     calibration = ["--save-model", str(model)] if not model.exists() else \
         ["--model", str(model)]
@@ -263,7 +263,7 @@ def torch_section(name: str, spec: str, model: Path, args: argparse.Namespace,
     results.setdefault("torch_jobs", []).append({"machine": name, **job})
     save(args.out, results)
     ok = True
-    print(f"  one job, {args.torch_rounds} alternated rounds (transport {job['transport']}"
+    print(f"  one job, {args.torch_rounds} rounds, the order rotated (transport {job['transport']}"
           f"{'; FALLBACK: ' + job['fallback'] if job['fallback'] else ''}; load "
           f"{job['load_average'][0]:.1f}; peak RSS per rank "
           f"{max(job['peak_rss_MB']):.0f} MB):")
@@ -409,7 +409,7 @@ def main() -> int:
     parser.add_argument("--ddp-steps", type=int, default=20)
     parser.add_argument("--ddp-rounds", type=int, default=3,
                         help="alternated rounds of stock DDP and the hook (torch section)")
-    parser.add_argument("--torch-rounds", type=int, default=9,
+    parser.add_argument("--torch-rounds", type=int, default=8,
                         help="alternated rounds of the torch section's job")
     parser.add_argument("--strategies", help="ccweave strategies the bench section runs "
                         "beside auto (default: every fast one)")

@@ -4,7 +4,7 @@
 On the transport ``ccweave run`` and ``bench`` use (``ccweave.runtime.job.connect``:
 shared memory, ccweave's sockets, gloo, the job's secret) it measures, at each size, the
 auto plan of the calibrated model ``M`` (the plan ``bench --model M`` builds) four ways,
-in alternated rounds, each as ``bench`` times it (a check, then runs for about 0.3 s
+in rounds of rotated order, each as ``bench`` times it (a check, then runs for about 0.3 s
 after a barrier, the slowest rank's time): bench's own executor out of place and in
 place, ``ccweave.torch.all_reduce`` (in place, the incumbent left out: the same plan), and
 gloo's ``dist.all_reduce``. At the per-call cost size it also times the pieces of a
@@ -41,6 +41,15 @@ TARGET_S = 0.3
 """Seconds of timed runs per way and round (bench's are 0.5 s; rounds alternate here)."""
 
 
+def rotated(number: int) -> tuple[str, ...]:
+    """Round ``number``'s order: the ways rotated by one each round, every second cycle
+    backwards, so each way takes each place and follows each other way alike (gloo's
+    16 MB run beside one way only would tax that way alone)."""
+    turn = number % len(WAYS)
+    order = WAYS[turn:] + WAYS[:turn]
+    return order[::-1] if (number // len(WAYS)) % 2 else order
+
+
 def measure_round(plan, transport, size: int, first: bool, order: tuple[str, ...]
                   ) -> dict[str, dict]:
     """One round at ``size``: each way once (``order``), as bench measures a case."""
@@ -67,11 +76,17 @@ def measure_round(plan, transport, size: int, first: bool, order: tuple[str, ...
     return found
 
 
+def elements(plan, size: int) -> int:
+    """float32 elements of ``size`` bytes rounded down to the schedule's chunks (what
+    bench and nccl-tests run)."""
+    return layout_for_bytes(plan.schedule_for(size).collective, size, 4).count
+
+
 def per_call_pieces(plan, size: int, repeats: int = 2000) -> dict[str, float]:
     """Microseconds of each piece of a ``ccweave.torch.all_reduce`` call on its own, on
     this rank (no communication): what the drop-in adds to the executor's run."""
     state = cw._state(None)
-    tensor = torch.zeros(size // 4)
+    tensor = torch.zeros(elements(plan, size))
     flat = tensor.view(-1)
     call = state.whole_call(cw.Kind.ALLREDUCE, flat, 0, plan, False)
     executor = state.executor(call.schedule, True)
@@ -105,7 +120,7 @@ def call_overhead(plan, size: int, calls: int = 300) -> dict[str, float]:
     run (every rank calls it: the calls communicate), median and mean over ``calls``."""
     from ccweave.runtime import executor as executors
 
-    tensor = torch.ones(size // 4)
+    tensor = torch.ones(elements(plan, size))
     runs: list[float] = []
     run = executors.Executor.run
 
@@ -134,7 +149,7 @@ def main() -> int:
     parser.add_argument("--model", required=True)
     parser.add_argument("--sizes", default="32KB,1MB,16MB")
     parser.add_argument("--cost-size", default="4KB")
-    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     sizes = [int(parse_size(s)) for s in args.sizes.split(",")]
@@ -151,7 +166,7 @@ def main() -> int:
     for size in [cost_size, *sizes]:
         rounds = []
         for number in range(args.rounds):
-            order = WAYS if number % 2 == 0 else WAYS[::-1]
+            order = rotated(number)
             rounds.append(measure_round(plan, transport, size, number == 0, order))
             if job.rank == 0:
                 print(f"PROGRESS {size} round {number + 1}/{args.rounds} "
