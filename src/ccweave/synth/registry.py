@@ -27,7 +27,7 @@ STRATEGY_MODULES = (
     "ccweave.synth.direct",
     "ccweave.synth.hierarchical",
     "ccweave.synth.pipelined",
-    "ccweave.multipath.p2p",
+    "ccweave.synth.multipath",
     "ccweave.synth.taccl",
     "ccweave.synth.flow",
     "ccweave.synth.forest",
