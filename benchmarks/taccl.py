@@ -19,6 +19,7 @@ schedule the strategy scored is timed beside it.
    simulator's per-message cost model (``ccweave.topology.cost``) at two settings.
 
     nice python benchmarks/taccl.py [--quick] [--skip-80] [--json FILE]
+    nice python benchmarks/taccl.py --after-routing [--before DIR] [--skip-80]
 
 Each figure is printed with the 1-minute load average; the peak RSS at the end.
 """
@@ -28,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import time
 from pathlib import Path
@@ -37,6 +37,7 @@ from ccweave.bounds import lower_bound
 from ccweave.collectives import Collective, Kind
 from ccweave.errors import NotApplicableError
 from ccweave.export.msccl_xml import from_xml, to_xml
+from ccweave.peak_rss import peak_rss_bytes
 from ccweave.simulate import simulate
 from ccweave.synth.registry import strategies_for, synthesize
 from ccweave.synth.taccl import profile as profile_mod
@@ -55,7 +56,7 @@ KINDS = (Kind.ALLGATHER, Kind.ALLTOALL, Kind.ALLREDUCE)
 SIZES = (2**20, 16 * 2**20, 256 * 2**20)
 BOUND_TARGET = 1.05
 AG2_SECONDS = 30.0
-AG80_SECONDS = 180.0
+AG80_SECONDS = 60.0
 AG80_SIZES = (2**20, 64 * 2**20, 256 * 2**20)
 SAME = 1e-9
 
@@ -65,7 +66,7 @@ def load() -> float:
 
 
 def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return peak_rss_bytes() / 2**20
 
 
 def exported_time(schedule, topology, size) -> float:
@@ -353,6 +354,39 @@ def targets(sketch_rows, rows, timings, a2a) -> list[tuple[str, bool]]:
     return checks
 
 
+def after_routing(args) -> int:
+    """Issue 43's figures: see benchmarks/taccl_after_routing.py."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import taccl_after_routing
+
+    print(f"load average at the start {load():.2f}")
+    result, checks = taccl_after_routing.run(args.before)
+    for name, kind in (("dgx2:2", Kind.ALLGATHER), ("dgx2:2", Kind.ALLREDUCE)):
+        ceiling = pair_ceiling(name, kind, 256 * 2**20)
+        print(f"\npair_ceiling {name} {kind.value} 256MB: no schedule whose GPU-to-GPU sends "
+              f"cross the NVSwitch beats {ceiling:.3f} of the bound")
+        result.setdefault("pair_ceiling", {})[f"{name} {kind.value}"] = ceiling
+    timings = [] if args.skip_80 else [synth_time("ndv2:10", size, AG80_SECONDS)
+                                       for size in AG80_SIZES]
+    for t in timings:
+        print(f"  {t['topology']:<8} {t['size_MB']:>5.0f}MB synthesized in {t['synth_s']:.1f} s"
+              f"  time/bound {t['per_bound']:.3f}  load {t['load']:.2f}", flush=True)
+        checks.append((f"{t['topology']} allgather {t['size_MB']:.0f}MB synthesized in "
+                       f"{t['synth_s']:.1f} s < {AG80_SECONDS:.0f} s (load {t['load']:.2f})",
+                       t["synth_s"] < AG80_SECONDS))
+    rss = peak_rss_mib()
+    print(f"\npeak RSS of the whole run {rss:.0f} MiB; load average now {load():.2f}")
+    print("\ntargets:")
+    for text, ok in checks:
+        print(f"  [{'met' if ok else 'MISSED'}] {text}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({**result, "timings": timings, "peak_rss_MiB": rss,
+                       "targets": [{"target": t, "met": ok} for t, ok in checks]}, handle,
+                      indent=1, default=str)
+    return 0 if all(ok for _, ok in checks) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
@@ -361,7 +395,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=TacclOptions().time_limit,
                         help="taccl's time limit per synthesis (seconds)")
     parser.add_argument("--json", help="also write every row as JSON to this file")
+    parser.add_argument("--after-routing", action="store_true",
+                        help="issue 43's figures only (benchmarks/taccl_after_routing.py), the "
+                             "pair ceiling and the ndv2:10 synthesis times")
+    parser.add_argument("--before", metavar="DIR",
+                        help="with --after-routing: a checkout of ccweave before issue 43, whose "
+                             "exports are timed beside (a subprocess)")
     args = parser.parse_args(argv)
+    if args.after_routing:
+        return after_routing(args)
     sketch_rows = [] if args.quick else taccl_sketches()
     rows = matrix(TOPOLOGIES[:1] if args.quick else TOPOLOGIES, args.time_limit)
     timings = [synth_time("ndv2:2", size, args.time_limit) for size in SIZES]
