@@ -393,16 +393,20 @@ class _Group:
         scratch = torch.zeros_like(flat)
         staging = call.staging
 
+        def finished() -> None:  # NCCL and the staging copies run on streams
+            if scratch.device.type == "cuda":
+                torch.cuda.synchronize(scratch.device)
+
         def ours() -> None:
             host = staging.down(scratch, staging.mark())  # type: ignore[attr-defined]
             call.run(host, RedOp.SUM)
             staging.up(scratch)  # type: ignore[attr-defined]
             self.transport.flush(TIMEOUT_S)
+            finished()
 
         def theirs() -> None:
             dist.all_reduce(scratch, group=self.group)
-            if scratch.device.type == "cuda":
-                torch.cuda.synchronize(scratch.device)
+            finished()
 
         def slowest(values: list[float]) -> list[float]:
             times = torch.tensor(values, dtype=torch.float64, device=self.transport.device)
