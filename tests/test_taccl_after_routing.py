@@ -146,7 +146,7 @@ PAIR_AUTOMORPHISMS = st.tuples(st.booleans(), st.booleans(), st.booleans()).map(
 automorphisms (applied in both nodes), which commute with the sketch's node rotation."""
 
 
-@settings(max_examples=4, deadline=None,
+@settings(max_examples=3, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(local=PAIR_AUTOMORPHISMS, chunks=st.integers(1, 2),
        size=st.sampled_from([2**23, 2**26]))  # 1 and 8 MB chunks, as TACCL's profiles
@@ -154,10 +154,12 @@ automorphisms (applied in both nodes), which commute with the sketch's node rota
 def test_a_relabelled_twin_exports_within_half_a_percent(local, chunks, size):
     """Renumbering GPUs by an automorphism of the machine changes no figure: the sketch
     and its twin export within 0.5% (the route search once found a better routing for one
-    numbering only: its split trees were picked by rank number)."""
+    numbering only: its split trees were picked by rank number). The routes are the tree
+    selection's (solved to optimality) and the route search stops at its count, not its
+    time: the routing MILP's answer at a time limit depends on the load, not on labels."""
     machine = mini_dgx2()
-    options = TacclOptions(size=size, fallback=False, time_limit=60.0,
-                           routing_time_limit=20.0, contiguity_time_limit=0.5)
+    options = TacclOptions(size=size, fallback=False, time_limit=600.0, routing="trees",
+                           routing_time_limit=120.0, contiguity_time_limit=0.5)
     times = []
     for numbering in ((0, 1, 2, 3), local):
         schedule = synthesize_taccl(machine, Kind.ALLGATHER, None, replace(
