@@ -263,3 +263,20 @@ def test_topological_order_keeps_index_order_where_it_can():
     assert all(position[d] < position[i] for i, t in enumerate(remapped) for d in t.deps)
     ready_first = [i for i, t in enumerate(remapped) if not t.deps]
     assert order[0] == min(ready_first)
+
+
+def test_a_non_finite_figure_in_metadata_is_written_as_null_and_reads_back(tmp_path):
+    """A TACCL routing's MILP gap at its time limit is infinite: the file must still be
+    one ccweave's readers (which refuse NaN and infinities) read back."""
+    from ccweave import plan as plan_io
+    from ccweave.plan import Plan
+
+    schedule = ring_allgather(3).with_name("ring", gap=float("inf"),
+                                           routings=[{"gap": float("nan"), "ok": 1.0}])
+    path = tmp_path / "s.json"
+    save(schedule, path)
+    back = load(path)
+    assert back.metadata["gap"] is None and back.metadata["routings"][0] == \
+        {"gap": None, "ok": 1.0}
+    plan_io.save(Plan.single(schedule), tmp_path / "p.json")
+    assert plan_io.load(tmp_path / "p.json").entries[0].schedule.metadata["gap"] is None

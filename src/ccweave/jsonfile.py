@@ -119,3 +119,15 @@ def _path_text(path: tuple[str | int, ...]) -> str:
     if isinstance(last, int):
         return f"{prefix}[{last}]" if prefix else f"element [{last}]"
     return f"{prefix}: field {last!r}" if prefix else f"field {last!r}"
+
+
+def finite(data: object) -> object:
+    """``data`` with every NaN or infinity as ``None``: what ccweave writes, its readers
+    read back (they refuse non-finite numbers; a MILP's gap at a time limit is infinite)."""
+    if isinstance(data, float):
+        return data if np.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: finite(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite(value) for value in data]
+    return data

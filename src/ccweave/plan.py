@@ -17,7 +17,7 @@ from ccweave import outfile
 from ccweave import schedule as schedule_io
 from ccweave.collectives import Collective
 from ccweave.errors import InputError
-from ccweave.jsonfile import read_json
+from ccweave.jsonfile import finite, read_json
 from ccweave.schedule import Schedule
 from ccweave.units import shown
 
@@ -140,7 +140,8 @@ def from_dict(data: object, source: str = "plan") -> Plan:
 
 def save(plan: Plan, path: str | Path) -> None:
     """Write ``plan`` as JSON, atomically (a failed write keeps the old file)."""
-    outfile.write_text(path, json.dumps(to_dict(plan), separators=(",", ":")) + "\n")
+    outfile.write_text(path, json.dumps(finite(to_dict(plan)), separators=(",", ":"),
+                                        allow_nan=False) + "\n")
 
 
 def load(path: str | Path) -> Plan:

@@ -19,6 +19,7 @@ from pathlib import Path
 from ccweave import limits
 from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import InputError
+from ccweave.jsonfile import finite
 from ccweave.units import shown
 
 
@@ -588,8 +589,8 @@ _ROWS_PER_WRITE = 65536
 
 def _write(schedule: Schedule, path: Path) -> None:
     """:func:`to_dict`'s JSON (``transfers`` is its last key), written row batch by batch."""
-    head = json.dumps({**to_dict(replace(schedule, transfers=())), "transfers": []},
-                      separators=(",", ":"))
+    head = json.dumps(finite({**to_dict(replace(schedule, transfers=())), "transfers": []}),
+                      separators=(",", ":"), allow_nan=False)
     assert head.endswith('"transfers":[]}')
     transfers = schedule.transfers
     with open(path, "w") as out:
