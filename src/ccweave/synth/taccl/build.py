@@ -53,7 +53,7 @@ from ccweave.synth.taccl.progress import Progress
 from ccweave.synth.taccl.reduction import reduce_scatter_from, reverse_order
 from ccweave.synth.taccl.routes import Routing
 from ccweave.synth.taccl.routing import RoutingMethod, route
-from ccweave.synth.taccl.sketch import Sketch
+from ccweave.synth.taccl.sketch_model import Sketch
 from ccweave.topology.model import Topology
 from ccweave.units import parse_size
 

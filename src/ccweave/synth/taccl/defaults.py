@@ -24,7 +24,7 @@ from dataclasses import replace
 from ccweave.collectives import Kind
 from ccweave.errors import InputError
 from ccweave.synth.taccl import logical as logical_mod
-from ccweave.synth.taccl.sketch import (
+from ccweave.synth.taccl.sketch_model import (
     Connections,
     Hyperedge,
     InternodeSketch,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from ccweave.errors import InputError
-from ccweave.synth.taccl.sketch import Connections, Intranode, Sketch
+from ccweave.synth.taccl.sketch_model import Connections, Intranode, Sketch
 from ccweave.topology.model import NodeKind, Topology
 
 MAX_SYMMETRY_GROUP = 4096

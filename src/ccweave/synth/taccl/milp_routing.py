@@ -45,7 +45,7 @@ from ccweave.synth.taccl.logical import LogicalTopology
 from ccweave.synth.taccl.milp import DEFAULT_SETTINGS, Model, SolverSettings
 from ccweave.synth.taccl.progress import Progress
 from ccweave.synth.taccl.routes import Routing, tree_hops
-from ccweave.synth.taccl.sketch import Balance, Hyperedge
+from ccweave.synth.taccl.sketch_model import Balance, Hyperedge
 
 US_PER_S = 1e6
 ARRIVAL_WEIGHT = 0.01

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ccweave.errors import InputError
-from ccweave.synth.taccl import sketch as sk
+from ccweave.synth.taccl import sketch_model as sk
 from ccweave.units import shown
 
 MARKERS = frozenset({"nnodes", "intranode_sketch", "internode_sketch", "hyperparameters"})

@@ -38,7 +38,7 @@ from ccweave.synth.taccl.paths import PathFinder
 from ccweave.synth.taccl.progress import Progress
 from ccweave.synth.taccl.route_search import better, hill_climb
 from ccweave.synth.taccl.routes import Hop, Routing, tree_hops
-from ccweave.synth.taccl.sketch import Hyperedge
+from ccweave.synth.taccl.sketch_model import Hyperedge
 
 US_PER_S = 1e6
 HOP_TIE_BREAK = 1e-3
