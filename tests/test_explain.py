@@ -271,3 +271,13 @@ def test_any_field_value_is_read_or_refused_in_one_line(tmp_path_factory, field,
         assert "\n" not in str(error) and str(error).startswith(str(path))
         return
     assert all(c.time_s > 0 and c.size_bytes > 0 and c.ranks >= 1 for c in calls)
+
+
+def test_records_nested_past_any_record_are_refused_before_parsing(tmp_path, capsys):
+    """The records are parsed one after another with json's recursive decoder: 100,000
+    levels were a RecursionError traceback."""
+    path = tmp_path / "r.json"
+    path.write_text(record("AllReduce", 2**20, 40) + "[" * 100_000 + "]" * 100_000)
+    assert main(["explain", str(path), "--topology", "dgx-a100"]) == 2
+    err = capsys.readouterr().err
+    assert "nested 100,000 deep" in err and err.count("\n") == 1

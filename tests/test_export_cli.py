@@ -111,3 +111,17 @@ def test_export_says_which_pinned_routes_msccl_cannot_keep(tmp_path, capsys):
                "-o", str(ring))[0] == 0
     code, out, _ = run(capsys, "export", str(ring), "-o", str(tmp_path / "r.xml"), "--json")
     assert code == 0 and json.loads(out)["notes"] == []
+
+
+def test_a_plan_folder_whose_path_xml_cannot_hold_is_refused_before_it_is_made(tmp_path,
+                                                                                capsys):
+    """msccl_config.xml names every algorithm by its full path: an escape character in it
+    made XML no parser reads (an ElementTree ParseError traceback after the files were
+    written)."""
+    sched = tmp_path / "s.json"
+    assert main(["synth", "switch:4", "allreduce", "-o", str(sched)]) == 0
+    folder = tmp_path / "o\x1b[31mut"
+    assert main(["export", str(sched), "-o", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "a character XML cannot carry" in err and "\\x1b" in err and err.count("\n") == 1
+    assert not folder.exists()

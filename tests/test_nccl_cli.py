@@ -49,7 +49,7 @@ def test_tune_writes_the_graph_file_and_refuses_what_it_cannot(tmp_path, capsys)
     assert code == 2 and "--gpu" in err
     code, _, err = run(capsys, "tune", "dgx1", "--nccl-tuner", "-o", str(path),
                        "--measured", str(tmp_path / "missing.txt"))
-    assert code == 2 and "missing.txt: cannot read it" in err
+    assert code == 2 and "missing.txt: no such file" in err
 
 
 def test_compare_shows_what_nccl_runs_beside_the_schedules(capsys):
@@ -72,3 +72,14 @@ def test_compare_shows_what_nccl_runs_beside_the_schedules(capsys):
                        "--json")
     refused = {r["strategy"]: r["reason"] for r in json.loads(out)["refused"]}
     assert "--gpu" in refused["nccl"]
+
+
+def test_a_graph_dump_of_another_machine_is_refused(tmp_path, capsys):
+    """A dump naming GPU rank 700 on an 8-GPU machine was taken as this machine's."""
+    dump = tmp_path / "graphs.xml"
+    assert run(capsys, "tune", "dgx-a100", "--nccl-graph", "-o", str(dump))[0] == 0
+    dump.write_text(dump.read_text().replace('rank="7"', 'rank="700"', 1))
+    code, _, err = run(capsys, "compare", "dgx-a100", "allreduce", "--sizes", "1MB",
+                       "--strategies", "ring", "--nccl-graphs", str(dump))
+    assert code == 2 and err.count("\n") == 1
+    assert "names GPU rank 700, but the machine has ranks 0..7" in err

@@ -141,3 +141,17 @@ def test_measurements_nccl_cannot_use_are_left_out_and_said():
     assert any("16 ranks / 2 nodes" in why for why in fitted.ignored)
     with pytest.raises(InputError, match="no measurement NCCL's tuner could use"):
         fit(prior, rows[:2])
+
+
+@pytest.mark.parametrize("text, message", [
+    (NCCL_TESTS.replace(nccl_tests_row(1024, 256, "float", "sum", -1, 15.31, 0.07, 0.12),
+                        "9" * 30 + "  256  float  sum  -1  15.31  0.07  0.12  0"),
+     "over the largest message ccweave models"),
+    (NCCL_TESTS.replace(nccl_tests_row(1024, 256, "float", "sum", -1, 15.31, 0.07, 0.12),
+                        "1024  256  float  sum  " + "9" * 5000 + "  15.31  0.07  0.12  0"),
+     "give -1 \\(no root\\)"),
+])
+def test_a_row_no_run_prints_is_refused_naming_its_line(text, message):
+    """A 30-digit size was taken as measured; a 5000-digit root was a ValueError."""
+    with pytest.raises(InputError, match=message):
+        parse_nccl_tests(text, "ar.txt")

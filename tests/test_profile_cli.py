@@ -78,3 +78,36 @@ def test_cuda_copy_paths_on_a_gpu():
     for name, series in times.items():
         result = fit(sizes, series)
         assert result.bandwidth > 1e9 and result.r2 > 0.9, name
+
+
+RAW = {"format": "ccweave-profile/1", "world_size": 2, "backend": "gloo", "nodes": [[0, 1]],
+       "pairs": [{"a": 0, "b": 1, "sizes": [1024, 1048576], "times_s": [2e-5, 1.2e-3],
+                  "fit": {"alpha_us": 18.8, "bw_GBps": 0.88, "r2": 1.0, "points": 2}}],
+       "copies": [], "notes": [], "workloads": []}
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    (json.dumps(RAW).replace('"world_size": 2', '"world_size": 1e400'), "malformed profile"),
+    (json.dumps(RAW).replace('"world_size": 2', '"world_size": ' + "9" * 5000),
+     "too long to read"),
+    (json.dumps(RAW).replace("0.0012", "NaN"), "is NaN"),
+    (json.dumps(RAW).replace("0.0012", "-1"), "times_s is -1.0"),
+    (json.dumps(RAW).replace('"b": 1', '"b": 7'), "rank is 7"),
+    (json.dumps(RAW).replace('"bw_GBps": 0.88', '"bw_GBps": 0'), "fit is"),
+    ('{"format": "ccweave-profile/1", "pairs": ' + "[" * 100_000, "nested too deep"),
+    (b"\xff\xfe\x00garbage", "not UTF-8 text"),
+])
+def test_a_raw_profile_no_measurement_makes_is_one_line(tmp_path, capsys, text, says):
+    """``profile --load`` read NaN, negative times and ranks outside the world as measured,
+    and a world size of 1e400, 5000 digits, deep nesting, a folder or bytes that are not
+    text were tracebacks."""
+    raw = tmp_path / "raw.json"
+    raw.write_bytes(text if isinstance(text, bytes) else text.encode())
+    out = tmp_path / "t.json"
+    assert main(["profile", "--load", str(raw), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1 and str(raw) in err and not out.exists()
+    raw.unlink()
+    raw.mkdir()
+    assert main(["profile", "--load", str(raw), "-o", str(out)]) == 2
+    assert "is a directory" in capsys.readouterr().err

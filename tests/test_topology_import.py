@@ -4,6 +4,8 @@ Topologies with the link table's figures, close to the zoo's machines."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -219,3 +221,40 @@ def test_nccl_ranks_sharing_a_gpu_and_nvlinks_to_unused_gpus():
     topo = nccl_xml.parse(text)
     assert topo.num_ranks == 3 and gbps(topo, 0, 2) == 50 and gbps(topo, 2, 0) == 50
     assert "2 ranks share one GPU" in topo.source and "0000:aa:00.0 ignored" in topo.source
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    (["--nodes", "100000"], "--nodes 100000: give a whole number of nodes from 1 to 4096"),
+    (["--nodes", "0"], "--nodes 0"),
+    (["--nic-gbits", "inf"], "--nic-gbits inf: give the NIC's speed in Gb/s"),
+    (["--nic-gbits", "1e300"], "--nic-gbits 1e+300"),
+    (["--nic-gbits", "nan"], "--nic-gbits nan"),
+])
+def test_nodes_and_nic_speeds_no_machine_has_are_refused_first(tmp_path, capsys, flags,
+                                                               says):
+    """``--nodes 100000`` built for minutes (3 GB) before any limit; a NIC of ``inf`` or
+    ``1e300`` Gb/s was written into the topology."""
+    out = tmp_path / "t.json"
+    assert main(["topo", "import", str(NDV2_XML), *flags, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1 and not out.exists()
+
+
+def test_too_many_nodes_of_a_server_are_refused_before_they_are_built():
+    from ccweave.errors import LimitError
+    from ccweave.topology.replicate import replicate
+
+    server = nccl_xml.read(NDV2_XML)
+    with pytest.raises(LimitError, match="over the limit of 4,096"):
+        replicate(server, {"nic0": 12.5}, 600)
+
+
+def test_text_on_stdin_is_read_once(tmp_path):
+    """The format was sniffed with one read and parsed with another: on a pipe the second
+    found nothing."""
+    done = subprocess.run([sys.executable, "-m", "ccweave.cli", "topo", "import",
+                           "/dev/stdin", "-o", str(tmp_path / "t.json")],
+                          input=NDV2_XML.read_text(), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert topology_io.load(str(tmp_path / "t.json")).num_ranks == 8

@@ -28,21 +28,13 @@ _NOT_STRUCTURE = bytes(c for c in range(256) if c not in b'[]{}"')
 
 
 def read_json(path: str | Path, fix: str, error: type[InputError] = InputError) -> object:
-    """The parsed content of ``path``; ``error`` names the file and says ``fix`` when it is
-    missing, a directory, not JSON, nested deeper than :data:`MAX_DEPTH` or holding NaN or
-    an infinity."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise error(f"{path}: no such file ({fix})") from None
-    except IsADirectoryError:
-        raise error(f"{path}: is a directory, not a file ({fix})") from None
-    except UnicodeDecodeError:
-        raise error(f"{path}: not a text file ({fix})") from None
-    except OSError as problem:
-        raise error(f"{path}: cannot read it: {problem.strerror or problem} ({fix})") from None
-    return parse(text, str(path), fix, error)
+    """The parsed content of ``path`` (read once, within :data:`ccweave.limits.MAX_INPUT_BYTES`:
+    :mod:`ccweave.infile`); ``error`` names the file and says ``fix`` when it is missing, a
+    directory, not UTF-8, too large, not JSON, nested deeper than :data:`MAX_DEPTH` or
+    holding NaN or an infinity."""
+    from ccweave.infile import read_text
+
+    return parse(read_text(path, fix, error=error), str(path), fix, error)
 
 
 def parse(text: str, source: str, fix: str, error: type[InputError] = InputError) -> object:

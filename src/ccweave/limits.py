@@ -38,6 +38,10 @@ MAX_SIZES = 1000
 MAX_SIZE_BYTES = 2**50
 """The largest message size, 1 PiB (1024TB)."""
 
+MAX_INPUT_BYTES = 2**30
+"""Bytes one input file may hold, 1 GiB: a million-transfer schedule is about 40 MB; an
+endless stream (``/dev/zero``) is refused here instead of taking the host's memory."""
+
 MAX_SPEC_DIGITS = 12
 """Digits of one number in a topology spec such as ``ring:N``: whatever is longer is
 over every limit, and Python refuses to convert some such strings at all."""

@@ -147,6 +147,11 @@ def save(plan: Plan, path: str | Path) -> None:
 def load(path: str | Path) -> Plan:
     """A plan file, or a single schedule file (used for every size)."""
     data = read_json(path, "make one with `ccweave synth ... --strategy auto`")
+    return from_data(data, str(path))
+
+
+def from_data(data: object, source: str) -> Plan:
+    """:func:`load` on a parsed file: a plan, or one schedule (used for every size)."""
     if isinstance(data, dict) and data.get("format") == schedule_io.FORMAT:
-        return Plan.single(schedule_io.from_dict(data, str(path)))
-    return from_dict(data, str(path))
+        return Plan.single(schedule_io.from_dict(data, source))
+    return from_dict(data, source)

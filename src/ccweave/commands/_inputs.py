@@ -144,22 +144,41 @@ def channels_used(options: dict[str, object], schedules: Sequence[Schedule]) -> 
             "channel(s)")
 
 
-def load_schedule(path: str) -> Schedule:
-    """A schedule from ccweave JSON, MSCCL XML (``.xml``) or an MSCCL++ execution plan
-    (JSON with ``gpus``)."""
-    if Path(path).suffix.lower() == ".xml":
-        try:
-            from ccweave.export import msccl_xml
-        except ImportError:
-            raise InputError(f"{path}: reading MSCCL XML needs ccweave.export.msccl_xml, "
-                             "which this installation lacks") from None
-        return msccl_xml.read(path)
-    from ccweave.export import mscclpp
-    from ccweave.jsonfile import read_json
+SCHEDULE_FIX = "make one with `ccweave synth`"
 
-    data = read_json(path, "make one with `ccweave synth`")
+
+def read_input(path: str) -> tuple[str, bool]:
+    """The text of a schedule, plan or algorithm file, read once (a pipe or /dev/stdin
+    gives its text one time), and whether it is MSCCL XML (``.xml``, or text that starts
+    with ``<``: a pipe has no suffix)."""
+    from ccweave.infile import read_text
+
+    text = read_text(path, SCHEDULE_FIX)
+    return text, Path(path).suffix.lower() == ".xml" or text.lstrip().startswith("<")
+
+
+def load_schedule(path: str) -> Schedule:
+    """A schedule from ccweave JSON, MSCCL XML (``.xml``, or a file whose text starts with
+    ``<``) or an MSCCL++ execution plan (JSON with ``gpus``)."""
+    text, xml = read_input(path)
+    return schedule_from_text(text, xml, path)
+
+
+def schedule_from_text(text: str, xml: bool, path: str) -> Schedule:
+    """:func:`load_schedule` on text :func:`read_input` read."""
+    if xml:
+        from ccweave.export import from_xml
+
+        return from_xml(text, path)
+    from ccweave.export import mscclpp
+    from ccweave.jsonfile import parse
+
+    data = parse(text, path, SCHEDULE_FIX)
     if mscclpp.is_plan(data):
         return mscclpp.from_data(data, path)
+    if isinstance(data, dict) and data.get("format") == "ccweave.plan":
+        raise InputError(f"{path}: a plan (a schedule per size range), not one schedule; "
+                         "give one of its schedules, or `ccweave export` the plan")
     return schedule_io.from_dict(data, path)
 
 

@@ -49,13 +49,11 @@ def add_action(actions) -> None:
     parser.set_defaults(run=run_import)
 
 
-def detect_format(path: Path) -> str:
+def detect_format(path: Path, text: str) -> str:
     """``hwloc`` for XML whose root is ``<topology>``, ``nccl-xml`` for other XML (by
-    suffix or a leading '<'), else ``nvidia-smi``."""
-    try:
-        head = path.read_text(errors="replace")[:4096].lstrip()
-    except OSError as error:
-        raise InputError(f"{path}: cannot read it: {error.strerror or error}") from None
+    suffix or a leading '<'), else ``nvidia-smi``; from the file's text, read once (a
+    second read of a pipe or /dev/stdin finds nothing)."""
+    head = text[:4096].lstrip()
     if head.startswith("<") or path.suffix.lower() == ".xml":
         from ccweave.topology import hwloc_xml
 
@@ -63,17 +61,39 @@ def detect_format(path: Path) -> str:
     return "nvidia-smi"
 
 
+def _check_numbers(args) -> None:
+    """``--nodes`` and ``--nic-gbits`` before the file is read (``--nodes 100000`` built
+    for minutes; a NIC of ``inf`` Gb/s was written into the topology)."""
+    from ccweave.limits import MAX_RANKS
+    from ccweave.topology.plausible import PLAUSIBLE_GBPS
+
+    if not 1 <= args.nodes <= MAX_RANKS:
+        raise InputError(f"--nodes {args.nodes}: give a whole number of nodes from 1 to "
+                         f"{MAX_RANKS} (ccweave models machines of up to {MAX_RANKS} ranks)")
+    low, high = (8 * gbps for gbps in PLAUSIBLE_GBPS)
+    if args.nic_gbits is not None and not low <= args.nic_gbits <= high:
+        raise InputError(f"--nic-gbits {args.nic_gbits:g}: give the NIC's speed in Gb/s, "
+                         f"from {low:g} to {high:g} (e.g. 200 for HDR InfiniBand)")
+
+
 def run_import(args) -> int:
+    from ccweave.infile import read_text
+
     replaced = _inputs.output(args.output, args.file, *args.gpu_fabric)
+    _check_numbers(args)
     path = Path(args.file)
-    fmt = detect_format(path) if args.format == "auto" else args.format
+    text = read_text(path, "give NCCL's topology XML, hwloc's XML or `nvidia-smi topo -m` "
+                     "text")
+    fmt = detect_format(path, text) if args.format == "auto" else args.format
+    name = args.name or path.stem
     if fmt in ("nccl-xml", "hwloc"):
         from ccweave.topology import hwloc_xml, nccl_xml
 
         options = nccl_xml.Options(tuple(args.gpu_fabric), args.gpu, args.nic_gbits,
                                    args.keep_link_speeds, args.fabric)
         module = nccl_xml if fmt == "nccl-xml" else hwloc_xml
-        topo = module.read(path, nodes=args.nodes, name=args.name, options=options)
+        topo = module.parse(text, source=str(path), nodes=args.nodes, name=name,
+                            options=options)
     else:
         from ccweave.topology import nvidia_smi
 
@@ -83,8 +103,8 @@ def run_import(args) -> int:
         if not args.gpu:
             raise InputError(f"{path}: `nvidia-smi topo -m` does not say the GPU generation; "
                              f"give --gpu ({', '.join(link_table.GPU_GENERATIONS)})")
-        topo = nvidia_smi.read(path, gpu=args.gpu, nodes=args.nodes, nic_gbits=args.nic_gbits,
-                               name=args.name, network=args.fabric)
+        topo = nvidia_smi.parse(text, gpu=args.gpu, source=str(path), nodes=args.nodes,
+                                nic_gbits=args.nic_gbits, name=name, network=args.fabric)
     topology_io.write(topo, args.output)
     warnings = list(topo.provenance.warnings)
     if args.json:

@@ -18,7 +18,7 @@ from ccweave.commands import _inputs, _output
 from ccweave.errors import InputError, VerificationError
 from ccweave.export import msccl_spec as spec
 from ccweave.export import msccl_xml, mscclpp, mscclpp_spec, ncclize
-from ccweave.jsonfile import read_json
+from ccweave.jsonfile import parse, read_json
 from ccweave.lint import lint_written
 from ccweave.plan import Plan
 from ccweave.units import format_size, parse_size
@@ -81,12 +81,12 @@ def run(args) -> int:
         args.proto = msccl_xml.DEFAULT_PROTO
     elif args.proto not in spec.PROTOCOLS:
         raise InputError(f"--proto {args.proto}: MSCCL XML is {', '.join(spec.PROTOCOLS)}")
+    if not args.output.strip():
+        raise InputError("-o '': give an .xml file (one schedule) or a directory (a plan)")
+    output = _output_place(args.output)
     plan = _load(args.input)
     _proven(plan, args.input, args.unverified)
     plan = _with_channel_policy(args, plan)
-    if not args.output.strip():
-        raise InputError("-o '': give an .xml file (one schedule) or a directory (a plan)")
-    output = Path(args.output)
     single = not output.is_dir() and output.suffix.lower() == ".xml"
     if single and len(plan.entries) > 1:
         raise InputError(f"{args.input}: a plan of {len(plan.entries)} size ranges exports to a "
@@ -150,13 +150,26 @@ def _with_channel_policy(args, plan: Plan) -> Plan:
         for entry in plan.entries))
 
 
+def _output_place(text: str) -> Path:
+    """``-o`` as a path whose kind (file, folder, nothing yet) can be told: a name too long
+    or a loop of links is refused here (it was an OSError traceback)."""
+    path = Path(text)
+    try:
+        path.is_dir()
+    except OSError as error:
+        raise InputError(f"-o {_output.plain(text)}: cannot be written there: "
+                         f"{error.strerror or error}; give another name") from None
+    return path
+
+
 def _load(path: str) -> Plan:
-    if Path(path).suffix.lower() == ".xml":
-        return Plan.single(_inputs.load_schedule(path))
-    data = read_json(path, "make one with `ccweave synth`")
+    text, xml = _inputs.read_input(path)  # once: a pipe gives its text one time
+    if xml:
+        return Plan.single(_inputs.schedule_from_text(text, True, path))
+    data = parse(text, path, _inputs.SCHEDULE_FIX)
     if mscclpp.is_plan(data):
         return Plan.single(mscclpp.from_data(data, path))
-    return plan_io.load(path)
+    return plan_io.from_data(data, path)
 
 
 def _proven(plan: Plan, source: str, unverified: bool) -> None:
@@ -179,6 +192,7 @@ def _run_mscclpp(args) -> int:
         raise InputError("--proto LL128: MSCCL++ plans are Simple or LL")
     if not args.output.strip():
         raise InputError("-o '': give a directory (or a .json file for one schedule)")
+    _output_place(args.output)
     plan = _load(args.input)
     _proven(plan, args.input, args.unverified)
     topo = _topology(args, plan)

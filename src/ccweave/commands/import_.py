@@ -10,8 +10,6 @@ come) is refused with the reason (exit 2).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ccweave import schedule as schedule_io
 from ccweave.commands import _inputs, _output
 from ccweave.export import msccl_xml, mscclpp
@@ -33,13 +31,17 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     replaced = _inputs.output(args.output, args.xml)
-    if Path(args.xml).suffix.lower() == ".xml":
-        sched = msccl_xml.read(args.xml)
+    text, xml = _inputs.read_input(args.xml)  # once: a pipe has no suffix and one reading
+    if xml:
+        sched = msccl_xml.from_xml(text, args.xml)
         result = check(sched)
         proven, verdict, computes = result.ok, (result.problems[0].message if result.problems
                                                 else ""), None
     else:
-        sched = mscclpp.read(args.xml)
+        from ccweave.jsonfile import parse
+
+        sched = mscclpp.from_data(parse(text, args.xml, "give an MSCCL++ execution plan "
+                                        "(JSON)"), args.xml)
         judged = mscclpp.judge(sched)
         result = judged.result
         proven, verdict, computes = judged.ok, judged.message, judged.computes

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from ccweave.commands import _inputs, _output
-from ccweave.lint import DTYPE_BYTES, OPS, RULES, Call, Runtime, default_runtime, lint
+from ccweave.lint import DTYPE_BYTES, OPS, RULES, Call, Runtime, lint
 
 ORDER = 66
 
@@ -50,8 +50,8 @@ def run(args) -> int:
     call = Call(ranks=args.ranks, sizes=sizes, dtype=args.dtype, op=args.op,
                 inplace=args.inplace, ranks_per_process=args.ranks_per_process,
                 env=None if args.ignore_env else dict(os.environ))
-    runtime = Runtime(args.runtime) if args.runtime else default_runtime(args.file)
-    report = lint(args.file, runtime, call)
+    report = lint(args.file, Runtime(args.runtime) if args.runtime else None, call)
+    runtime = report.runtime  # the default follows the file's text, not only its name
     if args.json:
         _output.print_json({
             "file": args.file, "runtime": runtime.value, "collective": report.collective,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ccweave import outfile
 from ccweave.collectives import Kind
-from ccweave.errors import InputError
+from ccweave.errors import InputError, printable
 from ccweave.export import msccl_spec as spec
 from ccweave.export.dependencies import infer
 from ccweave.export.emit import emit_tree, serialize
@@ -142,6 +142,10 @@ def export_plan(plan: Plan, directory: str | Path, *, proto: str = DEFAULT_PROTO
                          f"loads at most {spec.MAX_ALGOS} algorithms; export for the Azure "
                          "executor (runtime azure) or merge ranges")
     directory = Path(directory)
+    if runtime is spec.Runtime.MSCCL and _XML_UNSAFE.search(str(directory.resolve())):
+        raise InputError(f"{printable(directory)}: its path holds a character XML cannot "
+                         f"carry, and {CONFIG_NAME} names each algorithm by its full path; "
+                         "export into a folder whose path has no control characters")
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -156,6 +160,10 @@ def export_plan(plan: Plan, directory: str | Path, *, proto: str = DEFAULT_PROTO
     if runtime is spec.Runtime.MSCCL:
         outfile.write_text(paths[-1], _config(plan, paths[:-1], proto))
     return paths
+
+
+_XML_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+"""Characters XML 1.0 has no way to hold, even as a reference."""
 
 
 def plan_files(plan: Plan, directory: str | Path,

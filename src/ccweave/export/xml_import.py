@@ -36,14 +36,9 @@ Slot = tuple[Buffer, int]
 
 def read(path: str | Path) -> Schedule:
     """The schedule an MSCCL XML file describes; ``InputError`` names what is wrong."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: cannot read it ({error})") from None
-    return from_xml(text, str(path))
+    from ccweave.infile import read_text
+
+    return from_xml(read_text(path, "give an MSCCL XML algorithm"), str(path))
 
 
 def from_xml(text: str, source: str = "<xml>") -> Schedule:

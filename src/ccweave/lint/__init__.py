@@ -49,17 +49,27 @@ def lint(path: str | Path, runtime: Runtime | str | None = None,
     -------
     Report: the findings, in the order of :data:`RULES`.
     """
-    runtime = Runtime.parse(runtime) if runtime is not None else default_runtime(path)
-    xml = Path(path).suffix.lower() == ".xml"
+    from ccweave.export.mscclpp_model import parse as parse_plan
+    from ccweave.infile import read_text
+    from ccweave.jsonfile import parse as parse_json
+
+    fix = "give an MSCCL XML algorithm (.xml) or an MSCCL++ execution plan (JSON)"
+    text = read_text(path, fix)  # once: a pipe or /dev/stdin has no suffix to go by
+    xml = Path(path).suffix.lower() == ".xml" or text.lstrip().startswith("<")
+    if runtime is not None:
+        runtime = Runtime.parse(runtime)
+    else:
+        runtime = Runtime.RCCL if xml else Runtime.MSCCLPP
     if runtime is Runtime.MSCCLPP:
         if xml:
             raise InputError(f"{path}: an MSCCL XML algorithm; --runtime mscclpp lints "
                              "MSCCL++ execution plans (JSON): choose rccl, msccl or azure")
-        return lint_plan(path, call)
+        data = parse_json(text, str(path), "give an MSCCL++ execution plan (JSON)")
+        return lint_plan_doc(parse_plan(data, str(path)), str(path), call)
     if not xml:
         raise InputError(f"{path}: --runtime {runtime.value} lints MSCCL XML algorithms "
                          "(.xml); an MSCCL++ plan (JSON) takes --runtime mscclpp")
-    return lint_xml(path, runtime, call)
+    return lint_xml_text(text, str(path), runtime, call)
 
 
 def lint_written(path: str | Path, runtime: Runtime | str) -> Report:

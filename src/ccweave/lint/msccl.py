@@ -150,15 +150,10 @@ def lint_xml(path: str | Path, runtime: Runtime | str = Runtime.RCCL,
              call: Call | None = None) -> Report:
     """Every rule ``runtime`` would find broken running the MSCCL XML file at ``path`` for
     ``call``'s calls; ``InputError`` where the file cannot be read as XML."""
+    from ccweave.infile import read_text
+
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file; give an MSCCL XML algorithm") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: a directory; give one MSCCL XML algorithm") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: cannot read it ({error})") from None
+    text = read_text(path, "give one MSCCL XML algorithm")
     return lint_xml_text(text, str(path), runtime, call)
 
 

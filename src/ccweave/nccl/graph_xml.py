@@ -160,11 +160,9 @@ def write(path: str | Path, topology: Topology, gpu: str | None = None) -> Graph
 def read_graphs(path: str | Path) -> dict[int, NcclGraph]:
     """NCCL's graphs from its dump (``NCCL_GRAPH_DUMP_FILE``) or a graph file: by graph id
     (0 ring, 1 tree, 3 NVLS), with the figures NCCL's tuning model reads."""
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as error:
-        raise InputError(f"{path}: cannot read the NCCL graph file: "
-                         f"{error.strerror or error}") from None
+    from ccweave.infile import read_text
+
+    text = read_text(path, "give NCCL's graph dump (NCCL_GRAPH_DUMP_FILE)", errors="replace")
     return parse_graphs(text, str(path))
 
 

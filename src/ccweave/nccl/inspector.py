@@ -111,18 +111,10 @@ def read(paths: Iterable[str | Path]) -> Reading:
 
 
 def _text(path: Path) -> str:
-    try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise InputError(f"{path}: over {MAX_FILE_BYTES // 2**30} GB; give part of it "
-                             "(the calls of one phase, e.g. with head -n)")
-        return path.read_text()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file; give NCCL Inspector's output") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a text file; give NCCL Inspector's JSON or "
-                         "Prometheus output") from None
-    except OSError as error:
-        raise InputError(f"{path}: cannot read it: {error.strerror or error}") from None
+    from ccweave.infile import read_text
+
+    return read_text(path, "give NCCL Inspector's JSON or Prometheus output; of a larger "
+                     "file, the calls of one phase, e.g. with head -n", limit=MAX_FILE_BYTES)
 
 
 # ---------------------------------------------------------------- JSON
@@ -131,6 +123,12 @@ def _text(path: Path) -> str:
 def _json(text: str, source: str, skipped: dict[str, int]) -> list[Call]:
     """Objects one after another (the plugin writes one per line; the README shows them
     indented): each is a call."""
+    from ccweave.jsonfile import MAX_DEPTH, nesting_depth
+
+    depth = nesting_depth(text)  # before any parsing: json recurses once per level
+    if depth > MAX_DEPTH:
+        raise InputError(f"{source}: arrays or objects nested {depth:,} deep (a record nests "
+                         f"3; at most {MAX_DEPTH}); give NCCL Inspector's output")
     decoder = json.JSONDecoder(parse_constant=_no_constant)
     calls, at, line = [], 0, 1
     while True:

@@ -65,11 +65,10 @@ class Measurement:
 def read(path: str | Path) -> list[Measurement]:
     """Measurements from ``path``: the CSV (a ``collective,...`` header) or nccl-tests
     output."""
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as error:
-        raise InputError(f"--measured {path}: cannot read it: {error.strerror or error}"
-                         ) from None
+    from ccweave.infile import read_text
+
+    text = read_text(path, "give nccl-tests output or optimize_config.py's CSV",
+                     errors="replace", flag="--measured")
     first = next((line for line in text.splitlines() if line.strip()), "")
     if first.replace(" ", "").lower().startswith("collective,"):
         found = parse_csv(text, str(path))
@@ -145,8 +144,8 @@ def parse_nccl_tests(text: str, where: str) -> list[Measurement]:
         row = _ROW.match(line)
         if row and not line.lstrip().startswith("#"):
             size, count, dtype, redop, root, time = row.groups()[:6]
-            pending.append((int(size), int(count), dtype, redop, int(root),
-                            _time(time, at, "time"), at, algo, proto))
+            pending.append((_bytes(size, at), _count(count, at, "count"), dtype, redop,
+                            _root(root, at), _time(time, at, "time"), at, algo, proto))
             if collective is not None:
                 flush(collective)
     flush(None)
@@ -204,6 +203,28 @@ def _protocol(text: str, at: str, forced: bool = False) -> str:
     if key not in C.PROTOCOLS:
         raise InputError(f"{at}: protocol {text!r}; NCCL's are " + ", ".join(C.PROTOCOLS))
     return key
+
+
+def _bytes(text: str, at: str) -> int:
+    """A row's size: a whole number of bytes up to ccweave's largest message (a 30-digit
+    size was taken as measured)."""
+    from ccweave.limits import MAX_SIZE_BYTES
+
+    value = _count(text, at, "size")
+    if value > MAX_SIZE_BYTES:
+        raise InputError(f"{at}: size {text}: over the largest message ccweave models "
+                         f"({MAX_SIZE_BYTES:,} bytes); is the row cut or shifted?")
+    return value
+
+
+def _root(text: str, at: str) -> int:
+    """A row's root: -1 (none), or a rank."""
+    from ccweave.limits import MAX_RANKS
+
+    value = int(text) if len(text) <= 12 else MAX_RANKS
+    if not -1 <= value < MAX_RANKS:
+        raise InputError(f"{at}: root {text[:20]}: give -1 (no root) or a rank")
+    return value
 
 
 def _count(text: str, at: str, column: str) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ccweave.errors import NotApplicableError
+from ccweave.errors import InputError, NotApplicableError, printable
 from ccweave.nccl import constants as C
 from ccweave.nccl import search
 from ccweave.nccl.search import NcclGraph
@@ -95,7 +95,18 @@ class NcclSystem:
         return C.NVLS_CHANNELS[C.HOPPER]
 
     def with_graphs(self, graphs: dict[int, NcclGraph], source: str) -> NcclSystem:
-        """The same machine with NCCL's own graphs (by graph id: 0 ring, 1 tree, 3 NVLS)."""
+        """The same machine with NCCL's own graphs (by graph id: 0 ring, 1 tree, 3 NVLS);
+        a dump that names a GPU this machine lacks is another machine's, and refused (it
+        was taken as this one's without a word)."""
+        for graph_id, graph in sorted(graphs.items()):
+            for channel, order in enumerate(graph.orders):
+                stranger = next((rank for rank in order
+                                 if not 0 <= rank < self.ranks), None)
+                if stranger is not None:
+                    raise InputError(f"{printable(source)}: graph {graph_id}, channel "
+                                     f"{channel} names GPU rank {stranger}, but the machine "
+                                     f"has ranks 0..{self.ranks - 1}; give the dump of the "
+                                     "machine the topology describes")
         ring, tree = _fewer(graphs.get(C.GRAPH_RING, self.ring),
                             graphs.get(C.GRAPH_TREE, self.tree))
         return replace(self, ring=ring, tree=tree, nvls=graphs.get(C.GRAPH_NVLS, self.nvls),

@@ -4,6 +4,7 @@ per CUDA copy path, in a JSON form ``ccweave profile --raw`` writes and ``--load
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,31 +96,63 @@ class Profile:
             raise InputError(f"{source}: not a ccweave profile (expected \"format\": "
                              f"\"{FORMAT}\"; write one with `ccweave profile --raw`)")
         try:
-            return cls(int(data["world_size"]), str(data["backend"]),
-                       tuple(tuple(int(r) for r in n) for n in data["nodes"]),
-                       tuple(PairFigure(int(p["a"]), int(p["b"]), Curve.from_dict(p))
-                             for p in data["pairs"]),
-                       tuple(CopyFigure(int(c["rank"]), str(c["path"]), Curve.from_dict(c),
-                                        None if c.get("peer") is None else int(c["peer"]))
-                             for c in data.get("copies", [])),
-                       tuple(str(n) for n in data.get("notes", [])),
-                       tuple((str(name), int(size), float(seconds))
-                             for name, size, seconds in data.get("workloads", [])))
-        except (KeyError, TypeError, ValueError) as error:
+            profile = cls(int(data["world_size"]), str(data["backend"]),
+                          tuple(tuple(int(r) for r in n) for n in data["nodes"]),
+                          tuple(PairFigure(int(p["a"]), int(p["b"]), Curve.from_dict(p))
+                                for p in data["pairs"]),
+                          tuple(CopyFigure(int(c["rank"]), str(c["path"]), Curve.from_dict(c),
+                                           None if c.get("peer") is None else int(c["peer"]))
+                                for c in data.get("copies", [])),
+                          tuple(str(n) for n in data.get("notes", [])),
+                          tuple((str(name), int(size), float(seconds))
+                                for name, size, seconds in data.get("workloads", [])))
+        except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as error:
             raise InputError(f"{source}: malformed profile ({type(error).__name__}: "
-                             f"{error}); write it again with `ccweave profile --raw`") from None
+                             f"{str(error)[:200]}); write it again with `ccweave profile --raw`"
+                             ) from None
+        profile.check(source)
+        return profile
+
+    def check(self, source: str) -> None:
+        """Refuse what no measurement gives (``InputError`` naming the field): a world size
+        outside 1..MAX_RANKS, a rank outside it, a size or time that is not a positive
+        finite number, a fit without a positive finite bandwidth or a finite latency."""
+        from ccweave.limits import MAX_RANKS, MAX_SIZE_BYTES
+
+        def refuse(where: str, value: object, fix: str) -> None:
+            raise InputError(f"{source}: {where} is {value!r}; {fix} (write the file again "
+                             "with `ccweave profile --raw`)")
+
+        if not 1 <= self.world_size <= MAX_RANKS:
+            refuse("world_size", self.world_size, f"give 1..{MAX_RANKS} ranks")
+        for number, node in enumerate(self.nodes):
+            for rank in node:
+                if not 0 <= rank < self.world_size:
+                    refuse(f"nodes[{number}]", rank, "name ranks of the world")
+        figures = [(f"pairs[{n}]", p.curve, (p.a, p.b)) for n, p in enumerate(self.pairs)]
+        figures += [(f"copies[{n}]", c.curve, (c.rank,) if c.peer is None else (c.rank, c.peer))
+                    for n, c in enumerate(self.copies)]
+        for where, curve, ranks in figures:
+            for rank in ranks:
+                if not 0 <= rank < self.world_size:
+                    refuse(f"{where}: rank", rank, "name ranks of the world")
+            for size in curve.sizes:
+                if not 0 < size <= MAX_SIZE_BYTES:
+                    refuse(f"{where}.sizes", size, "give message sizes in bytes")
+            for seconds in curve.times:
+                if not 0 < seconds < math.inf:
+                    refuse(f"{where}.times_s", seconds, "give measured seconds")
+            fit = curve.fit  # its intercept may fall below 0 on noisy times; not its slope
+            if not 0 < fit.bandwidth < math.inf or not math.isfinite(fit.alpha):
+                refuse(f"{where}.fit", fit.to_dict(), "a fit has a positive bandwidth and a "
+                       "finite latency")
 
     def save(self, path: str | Path) -> None:
         outfile.write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> Profile:
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise InputError(f"{path}: no such profile file") from None
-        except json.JSONDecodeError as error:
-            raise InputError(f"{path}: not valid JSON: {error.msg} at line {error.lineno}") \
-                from None
+        from ccweave.jsonfile import read_json
+
+        data = read_json(path, "write one with `ccweave profile --raw`")
         return cls.from_dict(data, str(path))

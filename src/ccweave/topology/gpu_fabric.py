@@ -174,14 +174,11 @@ def _family_fabric(family: Family, count: int) -> GpuFabric:
 # --- second sources ---------------------------------------------------------------------
 
 def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError as error:
-        raise InputError(f"--gpu-fabric {path}: not a family ({', '.join(FAMILIES)}) and "
-                         f"cannot be read as a file: {error.strerror or error}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"--gpu-fabric {path}: not text; give an NCCL dump (XML), or the "
-                         "text of nvidia-smi topo -m or nvidia-smi nvlink -s") from None
+    from ccweave.infile import read_text
+
+    return read_text(path, f"not a family ({', '.join(FAMILIES)}); give an NCCL dump (XML), "
+                     "or the text of nvidia-smi topo -m or nvidia-smi nvlink -s",
+                     flag="--gpu-fabric")
 
 
 def _file_kind(text: str, path: Path) -> str:

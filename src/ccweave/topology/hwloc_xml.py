@@ -56,14 +56,10 @@ def looks_like_hwloc(text: str) -> bool:
 def read(path: str | Path, *, nodes: int = 1, name: str | None = None,
          options: Options = DEFAULT_OPTIONS) -> Topology:
     """The Topology in an hwloc XML file (see the module docstring)."""
+    from ccweave.infile import read_text
+
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise InputError(f"{path}: cannot read the hwloc XML: {error.strerror or error}") \
-            from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not text; give hwloc's XML (lstopo --of xml)") from None
+    text = read_text(path, "give hwloc's XML (lstopo --of xml)")
     return parse(text, source=str(path), nodes=nodes, name=name or path.stem, options=options)
 
 

@@ -79,14 +79,10 @@ def read(path: str | Path, *, nodes: int = 1, name: str | None = None,
     """The Topology in an NCCL topology file (a dump, or a bare PCI tree with
     ``options.gpu_fabric``); ``nodes`` > 1 joins that many copies of a one-host file
     through their NICs (``options.network``)."""
+    from ccweave.infile import read_text
+
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise InputError(f"{path}: cannot read the NCCL topology dump: "
-                         f"{error.strerror or error}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not text; give NCCL topology XML") from None
+    text = read_text(path, "give NCCL topology XML (NCCL_TOPO_DUMP_FILE)")
     return parse(text, source=str(path), nodes=nodes, name=name or path.stem, options=options)
 
 

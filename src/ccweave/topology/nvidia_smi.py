@@ -44,12 +44,10 @@ def read(path: str | Path, *, gpu: str, nodes: int = 1, nic_gbits: float | None 
     generation (``v100``, ``a100``, ``h100``...), ``nic_gbits`` the NIC speed (default:
     the generation's usual NIC); ``network`` joins ``nodes`` > 1 copies (``switch`` or
     ``rails``)."""
+    from ccweave.infile import read_text
+
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise InputError(f"{path}: cannot read nvidia-smi output: "
-                         f"{error.strerror or error}") from None
+    text = read_text(path, "give the text `nvidia-smi topo -m` prints")
     return parse(text, gpu=gpu, source=str(path), nodes=nodes, nic_gbits=nic_gbits,
                  name=name or path.stem, network=network)
 

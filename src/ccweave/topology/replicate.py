@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ccweave import limits
 from ccweave.errors import InputError
 from ccweave.topology import zoo
 from ccweave.topology.model import Link, NodeKind, Topology
@@ -50,6 +51,9 @@ def replicate(server: Topology, nics: Mapping[str, float], nodes: int, fabric: s
         raise InputError(f"{server.name}: has no NIC, so {nodes} nodes cannot be joined; "
                          "import a file that lists the NICs (or use --nodes 1)")
     g = server.num_ranks
+    limits.check_ranks(f"--nodes {nodes} of {server.name} ({g} ranks each)", nodes * g)
+    limits.check(f"--nodes {nodes} of {server.name}", nodes * (len(server.fabric) + 1),
+                 limits.MAX_FABRIC_NODES, "fabric nodes", "join fewer nodes")
     links: list[Link] = []
     fabric_nodes: dict[str, NodeKind] = {}
     for node in range(nodes):
