@@ -151,6 +151,17 @@ def test_bounds_and_topo_show(tmp_path, capsys):
       "chunks=3", "-o", "x.json"], "--chunks 2 and --option chunks=3 disagree"),
     (["synth", "ring:4", "allreduce", "--option", "root=1", "-o", "x.json"], "use --root"),
     (["run", "ring:4", "allreduce", "--option", "chunks=two"], "whole number of chunks"),
+    # the hostile pass of issue 42: each was accepted (or an OSError traceback) before
+    (["p2p", "dgx1", "0", "1", "-o", ""], "-o '': give a file name"),
+    (["topo", "show", "ring:4", "--plot", ""], "--plot '': give a file name"),
+    (["simulate", "x.json", "ring:4", "--links", "-1"], "--links -1"),
+    (["tune", "dgx-a100", "--nccl-tuner", "--collectives", "allreduce,allreduce", "-o",
+      "t.conf"], "'allreduce' comes twice"),
+    (["tune", "dgx-a100", "--nccl-tuner", "--collectives", ",,", "-o", "t.conf"],
+     "an empty name"),
+    (["p2p", "dgx1", "0", "1", "--paths", "direct,direct"], "'direct' comes twice"),
+    (["synth", "ring:4", "allgather", "-o", "x" * 300 + ".json"], "File name too long"),
+    (["export", "x.json", "-o", "x" * 300 + ".xml"], "File name too long"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, message):
     code, _, err = run(capsys, *argv)
@@ -344,3 +355,26 @@ def test_an_error_reaches_stderr_as_one_write_of_a_whole_line(monkeypatch):
     assert main(["topo", "show", "no-such-machine"]) == 2
     assert writes and all(text.endswith("\n") and text.count("\n") == 1 for text in writes)
     assert writes[0].startswith("ccweave: error: ")
+
+
+def test_a_ctrl_c_python_swallowed_still_stops_the_command(monkeypatch, capsys):
+    """A KeyboardInterrupt raised inside a finalizer or weakref callback is printed as
+    "Exception ignored" and lost: a ``testbed run`` ran on to exit 0 after one. The
+    command remembers the signal and ends 130 all the same."""
+    import contextlib
+    import signal
+
+    import ccweave.commands.topo as topo
+
+    real = topo.run_show
+
+    def swallowing(args):
+        with contextlib.suppress(KeyboardInterrupt):  # as Python ignores one in a callback
+            signal.raise_signal(signal.SIGINT)
+        return real(args)
+
+    monkeypatch.setattr(topo, "run_show", swallowing)
+    code, _, err = run(capsys, "topo", "show", "ring:4")
+    assert code == 130 and err == "ccweave: interrupted (SIGINT)\n"
+    monkeypatch.setattr(topo, "run_show", real)
+    assert run(capsys, "topo", "show", "ring:4")[0] == 0  # nothing pending afterwards

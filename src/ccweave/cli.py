@@ -17,8 +17,8 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from ccweave import __version__, commands
-from ccweave.errors import CCWeaveError, Interrupted, printable, say
+from ccweave import __version__, _startup, commands, interrupts  # noqa: F401 (_startup)
+from ccweave.errors import CCWeaveError, Interrupted, OutputError, printable, say
 from ccweave.runtime.job import LAUNCHER_PID
 
 
@@ -40,6 +40,20 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         super().error(printable(message))
 
+    def _print_message(self, message: str, file=None) -> None:  # type: ignore[override]
+        """argparse's, but a help text that cannot be written says so (argparse drops
+        the error: ``--help > /dev/full`` ended 0 with nothing written)."""
+        if message and (file is None or file is sys.stdout) and sys.stdout is not None:
+            try:
+                sys.stdout.write(message)
+                sys.stdout.flush()
+            except BrokenPipeError:
+                raise
+            except OSError as error:
+                raise OutputError.of(error) from None
+            return
+        super()._print_message(message, file)
+
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The whole command line's parser; with ``argv``, only the command it names (when it
@@ -60,29 +74,51 @@ def _sigterm_unwinds() -> Iterator[None]:
     """SIGTERM (``kill``, a job scheduler, ``timeout``) stops a command as Ctrl-C does:
     its ranks stopped, a testbed's namespaces and temporary folders removed, exit 143.
     Its default action ended ``ccweave bench`` at once and left 11 namespaces behind.
-    Ranks a ccweave launcher started keep the default: their launcher cleans up."""
+    Both are remembered (:mod:`ccweave.interrupts`): one whose exception Python swallowed
+    still stops the command. Ranks a ccweave launcher started keep the defaults: their
+    launcher cleans up."""
     if (threading.current_thread() is not threading.main_thread()
             or LAUNCHER_PID in os.environ):
         yield
         return
 
     def stop(signum: int, frame: object) -> None:
+        interrupts.note(signum)
         raise Interrupted(f"interrupted ({signal.Signals(signum).name})", signum)
 
-    old = signal.signal(signal.SIGTERM, stop)
+    def ctrl_c(signum: int, frame: object) -> None:
+        interrupts.note(signum)
+        signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as before
+
+    old = {signal.SIGTERM: signal.signal(signal.SIGTERM, stop)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not if ignored
+        old[signal.SIGINT] = signal.signal(signal.SIGINT, ctrl_c)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(argv).parse_args(argv)
     try:
+        try:
+            args = build_parser(argv).parse_args(argv)
+        except SystemExit:  # --help, --version, a usage error: what it printed must arrive
+            _flush_stdout()
+            raise
         with _sigterm_unwinds():
-            return int(args.run(args) or 0)
+            code = int(args.run(args) or 0)
+            interrupts.check()  # a signal whose exception was swallowed still counts
+        _flush_stdout()
+        return code
+    except OutputError as error:
+        say(f"ccweave: error: {printable(error)}")
+        _discard_stdout()
+        return 2
     except Interrupted as error:
+        interrupts.forget()
         say(f"ccweave: {printable(error)}")
         return 128 + error.signal_number
     except CCWeaveError as error:
@@ -90,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                        *(f"  {printable(line)}" for line in error.details)]))
         return 2
     except KeyboardInterrupt:
+        interrupts.forget()
         say("ccweave: interrupted")
         return 130
     except BrokenPipeError:
@@ -97,8 +134,29 @@ def main(argv: list[str] | None = None) -> int:
             raise
         # the reader went away (`ccweave topo show dgx1 --json | head`): stop quietly, as
         # cat does, and keep Python from complaining again when it flushes stdout at exit
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _discard_stdout()
         return 128 + signal.SIGPIPE
+
+
+def _flush_stdout() -> None:
+    """Flush what the command printed, so a write that fails says so here (one line, exit
+    2) and not in a complaint of Python's at exit (with exit code 0 or 120)."""
+    if sys.stdout is None:
+        return
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        raise OutputError.of(error) from None
+
+
+def _discard_stdout() -> None:
+    """Send what is left of standard output to /dev/null: Python flushes it at exit."""
+    if sys.stdout is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _stdout_closed() -> bool:

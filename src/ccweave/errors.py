@@ -31,7 +31,10 @@ def _escape(character: str) -> str:
 def say(line: str) -> None:
     """Write ``line`` and its newline to stderr in one write. The ranks of a job share
     the launcher's stderr, and ``print`` sends the newline in a write of its own (stderr
-    is write-through): two ranks' errors then ran into one line."""
+    is write-through): two ranks' errors then ran into one line. With no stderr at all
+    (``2>&-``) there is nowhere to say it: the exit code still does."""
+    if sys.stderr is None:
+        return
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
 
@@ -75,6 +78,17 @@ class RuntimeFault(CCWeaveError):
     def __init__(self, message: str, details: tuple[str, ...] | list[str] = ()) -> None:
         super().__init__(message)
         self.details = tuple(details)
+
+
+class OutputError(CCWeaveError):
+    """Standard output cannot be written (a full disk, ``> /dev/full``, ``>&-``); a reader
+    that went away (``| head``) is not this, but a quiet exit 141."""
+
+    @classmethod
+    def of(cls, error: OSError | None) -> OutputError:
+        why = "it is closed" if error is None else (error.strerror or str(error))
+        return cls(f"cannot write to standard output: {why}; send it to a file or a "
+                   "pipe that takes it")
 
 
 class Interrupted(CCWeaveError):

@@ -26,10 +26,15 @@ def check(path: str | Path, inputs: Iterable[str | Path | None] = (),
     if not text.strip():
         raise InputError(f"{flag} {text!r}: give a file name")
     target = Path(text)
-    if target.is_dir():
-        raise InputError(f"{flag} {text!r}: is a directory; give a file name in it")
-    parent = target.resolve().parent
-    if not parent.is_dir():
+    try:
+        if target.is_dir():
+            raise InputError(f"{flag} {text!r}: is a directory; give a file name in it")
+        parent = target.resolve().parent
+        parent_is_dir = parent.is_dir()
+    except OSError as error:  # a name too long, a loop of links
+        raise InputError(f"{flag} {text!r}: cannot be written there: "
+                         f"{error.strerror or error}; give another name") from None
+    if not parent_is_dir:
         raise InputError(f"{flag} {text!r}: no such directory {str(parent)!r}; "
                          "create it first")
     for source in inputs:

@@ -11,10 +11,56 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ccweave.errors import printable
+from ccweave.errors import OutputError, printable
 
+
+class _Stdout:
+    """Standard output as the CLI writes it: a write that fails for want of space, or to
+    a closed descriptor, is one :class:`~ccweave.errors.OutputError` (one line, exit 2;
+    it was an OSError or AttributeError traceback); a reader that went away stays a
+    ``BrokenPipeError`` (the CLI exits 141, as ``cat`` does)."""
+
+    def write(self, text: str) -> int:
+        return self._do("write", text)
+
+    def flush(self) -> None:
+        self._do("flush")
+
+    def _do(self, action: str, *args: object):
+        stream = sys.stdout
+        if stream is None:
+            raise OutputError.of(None)
+        try:
+            return getattr(stream, action)(*args)
+        except BrokenPipeError:
+            raise
+        except (OSError, ValueError) as error:  # ValueError: a closed file object
+            raise OutputError.of(error if isinstance(error, OSError) else None) from None
+
+    def isatty(self) -> bool:
+        return sys.stdout is not None and sys.stdout.isatty()
+
+    def fileno(self) -> int:
+        if sys.stdout is None:
+            raise OSError("standard output is closed")
+        return sys.stdout.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(sys.stdout, "encoding", None) or "utf-8"
+
+
+class _Console(Console):
+    """rich's console, but a reader that went away is the CLI's to handle (rich's own
+    answer was a silent exit 1)."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+stdout = _Stdout()
 # wide when piped, so tables are not folded into unreadable columns
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+console = _Console(file=stdout, highlight=False, width=None if stdout.isatty() else 200)
 progress_console = Console(stderr=True, highlight=False)
 
 
@@ -31,8 +77,8 @@ def progress_line(line: object) -> None:
 def print_json(data: object) -> None:
     """``data`` as JSON; infinities and NaN (a zero time, a one-rank bound) become
     ``null``, so the output is JSON every parser reads."""
-    json.dump(_finite(data), sys.stdout, indent=1, default=_jsonable, allow_nan=False)
-    sys.stdout.write("\n")
+    json.dump(_finite(data), stdout, indent=1, default=_jsonable, allow_nan=False)
+    stdout.write("\n")
 
 
 def _finite(value: object) -> object:

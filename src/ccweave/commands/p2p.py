@@ -41,11 +41,13 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    replaced = _inputs.output(args.output, args.topology) if args.output else False
-    if args.plot:
+    # `-o ''` is a name to refuse, not "no output" (it wrote nothing without a word)
+    replaced = _inputs.output(args.output, args.topology) if args.output is not None \
+        else False
+    if args.plot is not None:
         _inputs.output(args.plot, args.topology, flag="--plot")
     topo = _inputs.topology(args.topology)
-    kinds = tuple(k.strip() for k in args.paths.split(",") if k.strip())
+    kinds = tuple(_inputs.names(args.paths, "--paths", "direct,fabric"))
     if args.max_relays < 0:
         raise InputError(f"--max-relays {args.max_relays}: give 0 or more")
     sizes = _inputs.sizes(args.sizes)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ccweave.commands import _inputs, _output
-from ccweave.errors import VerificationError
+from ccweave.errors import InputError, VerificationError
 from ccweave.simulate import simulate
 from ccweave.units import GB_PER_S, format_size
 from ccweave.verify import check
@@ -25,6 +25,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    if args.links < 0:  # -1 showed every link but the last
+        raise InputError(f"--links {args.links}: give how many of the busiest links to show "
+                         "(0 or more)")
     sizes = _inputs.sizes(args.sizes)
     sched = _inputs.load_schedule(args.schedule)
     topo = _inputs.topology(args.topology)

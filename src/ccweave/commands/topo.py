@@ -23,7 +23,8 @@ def add_parser(subparsers) -> None:
 
 
 def run_show(args) -> int:
-    replaced = _inputs.output(args.plot, args.topology, flag="--plot") if args.plot else False
+    replaced = (_inputs.output(args.plot, args.topology, flag="--plot")
+                if args.plot is not None else False)  # `--plot ''` is refused, not ignored
     topo = _inputs.topology(args.topology)
     if args.json:  # the file format itself (it loads back), with the counts beside it
         _output.print_json({"format": topology_io.FORMAT, **topology_io.to_dict(topo),

@@ -95,11 +95,15 @@ def run(args) -> int:
 
 
 def _collectives(text: str) -> list[str]:
+    """``--collectives``: each named once (a name twice, or an empty one, is refused, as
+    ``bench`` refuses its lists)."""
     names = []
-    for item in text.split(","):
-        name = C.FUNCTIONS[function(item.strip())]
-        if name not in names:
-            names.append(name)
+    for item in _inputs.names(text, "--collectives", "allreduce,allgather"):
+        name = C.FUNCTIONS[function(item)]
+        if name in names:
+            raise InputError(f"--collectives {_output.plain(text)}: {name} comes twice; "
+                             "name each once")
+        names.append(name)
     return names
 
 

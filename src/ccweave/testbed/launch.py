@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ccweave import interrupts
 from ccweave.errors import RuntimeFault
 from ccweave.runtime import progress, secret
 from ccweave.runtime.job import LAUNCHER_PID
@@ -275,6 +276,7 @@ def _wait(procs: Sequence[subprocess.Popen], watched: _Logs, timeout: float,
                 raise RuntimeFault(f"{watchdog.diagnosis() or 'no rank made progress'}; no "
                                    "rank made progress for longer than their timeout, and the "
                                    "launcher stopped the job")
+            interrupts.check()  # a Ctrl-C whose KeyboardInterrupt Python swallowed
             if now > deadline:
                 running = [i for i, proc in enumerate(procs) if proc.poll() is None]
                 which = (f"rank(s) {', '.join(map(str, running))} were still running"
