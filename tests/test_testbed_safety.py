@@ -96,6 +96,10 @@ def test_a_state_folder_that_is_not_a_writable_folder_is_refused(tmp_path, monke
     monkeypatch.setenv(records.STATE_ENV, str(a_file / "below"))
     with pytest.raises(InputError, match="cannot be written"):
         records.check_state_dir()
+    monkeypatch.setenv(records.STATE_ENV, str(tmp_path / ("s" * 300)))  # an OSError once
+    with pytest.raises(InputError, match=r"cannot be written \(File name too long"):
+        records.check_state_dir()
+    assert records.read_records() == ([], [])
 
 
 # ------------------------------------------------------------------ on a real host
@@ -288,3 +292,22 @@ def test_a_guard_undoes_a_testbed_whose_maker_was_killed_during_the_build(tmp_pa
     assert not records.record_path("tsl4").exists()
     with contextlib.suppress(Exception):
         clear_testbeds("tsl4")
+
+
+def test_a_swallowed_ctrl_c_stops_a_testbed_job_at_the_launcher_s_next_check(tmp_path):
+    """The launcher's wait checks for a signal whose KeyboardInterrupt Python swallowed
+    (a testbed run once ran its ranks to the end and exited 0 after one)."""
+    from ccweave import interrupts
+    from ccweave.errors import Interrupted
+    from ccweave.testbed import launch
+
+    rank = subprocess.Popen(["sleep", "30"])
+    try:
+        interrupts.note(signal.SIGINT)
+        began = time.monotonic()
+        with pytest.raises(Interrupted, match=r"interrupted \(SIGINT\)"):
+            launch._wait([rank], launch._Logs(tmp_path, "rank0"), 60.0, None)
+        assert time.monotonic() - began < 5
+    finally:
+        rank.kill()
+        interrupts.forget()

@@ -5,11 +5,12 @@ routes. ``run`` starts a command as every rank (as torchrun would, or under mpir
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 
 from ccweave.commands import _inputs, _output
-from ccweave.errors import InputError, printable, say
+from ccweave.errors import InputError, Interrupted, printable, say
 
 ORDER = 86
 
@@ -187,11 +188,17 @@ def _up(args) -> int:
     except BaseException:
         bed.close()
         raise
-    _print_description(args, emulation, info)
-    if not args.json:
-        name = _output.plain(args.topology)
-        _output.console.print(f"up; `ccweave testbed run {name} -- COMMAND` runs in "
-                              f"it, `ccweave testbed down {name}` removes it")
+    name = _output.plain(args.topology)
+    try:
+        _print_description(args, emulation, info)
+        if not args.json:
+            _output.console.print(f"up; `ccweave testbed run {name} -- COMMAND` runs in "
+                                  f"it, `ccweave testbed down {name}` removes it")
+    except (KeyboardInterrupt, Interrupted) as error:  # it stands: say so, not just "stop"
+        number = getattr(error, "signal_number", signal.SIGINT)
+        raise Interrupted(f"interrupted ({signal.Signals(number).name}) once the testbed "
+                          f"was up; it stays up: `ccweave testbed down {name}` removes it",
+                          number) from None
     return 0
 
 
@@ -218,7 +225,7 @@ def _run_command(args) -> int:
         bed = _testbed(args, _fresh_plan(args), args.backend == "mpi")
     launcher = run_mpi if args.backend == "mpi" else run_ranks
     with bed:  # rank 0's lines as they come (under mpirun, every rank's); errors apart
-        launcher(bed, command, module=None, timeout=timeout, on_line=_line(sys.stdout),
+        launcher(bed, command, module=None, timeout=timeout, on_line=_line(_output.stdout),
                  on_error_line=_line(sys.stderr))
     return 0
 

@@ -122,8 +122,18 @@ def clear_testbeds(tag: str | None = None) -> Clearance:
             drop_record(name)
             removed.append(Removed(name, tuple(sorted(entry.namespaces)),
                                    tuple(sorted(entry.links))))
-        if tag is None:
-            for record in bad:
+        dropped = []
+        for record in bad if tag is None else ():
+            if record.path.is_dir() and not record.path.is_symlink():
+                left.append(LeftAlone(str(record.path), f"an unreadable record ({record.reason})"
+                                      "; a folder ccweave did not make: remove it yourself"))
+                continue
+            try:
                 record.path.unlink(missing_ok=True)
-    return Clearance(tuple(removed), tuple(left), tuple(bad) if tag is None else ())
+            except OSError as error:
+                left.append(LeftAlone(str(record.path), f"an unreadable record ({record.reason})"
+                                      f" that cannot be removed: {error.strerror or error}"))
+                continue
+            dropped.append(record)
+    return Clearance(tuple(removed), tuple(left), tuple(dropped))
 

@@ -16,9 +16,12 @@ that are gone (killed, or ``testbed up``, which leaves its testbed standing on p
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
 import re
+import stat
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,6 +34,29 @@ DEFAULT_STATE_DIR = "/run/ccweave-testbed"
 MARK = "ccweave-testbed"
 _MARKER = re.compile(rf"^{MARK}:tag=(\w+):pid=(\d+):start=(\d+)$")
 _RECORD = re.compile(r"^testbed-(\w+)\.json$")
+_TAG = re.compile(r"[0-9a-z]{1,32}", re.ASCII)
+_NAME = re.compile(r"[0-9A-Za-z_.-]{1,15}", re.ASCII)
+"""A namespace or device name ccweave makes (Linux allows 15 characters for a device)."""
+MAX_RECORD_BYTES = 1 << 24
+"""A record lists a testbed's names: 16 MiB holds the largest testbed many times over."""
+
+
+def _rate(value: object) -> float | None:
+    """A record's ``max_rate``: ``None``, or a positive finite number of Mbit/s."""
+    if value is None:
+        return None
+    try:
+        rate = float(value) if isinstance(value, (int, float)) and \
+            not isinstance(value, bool) else math.nan
+    except OverflowError:  # an integer of 400 digits
+        rate = math.inf
+    if not 0 < rate < math.inf:
+        raise ValueError(f"max_rate {str(value)[:20]}: not a rate in Mbit/s")
+    return rate
+
+
+def _whole(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 @dataclass(frozen=True)
@@ -94,25 +120,43 @@ class Record:
 
     @classmethod
     def from_json(cls, text: str) -> Record:
-        data = json.loads(text)
+        """The record in ``text``; ``ValueError`` says what is wrong. Only what ccweave
+        writes passes: a record is trusted to name what ``down`` removes, so a name that is
+        not its own testbed's (``ccw<tag>...``) makes it unreadable, not obeyed."""
+        from ccweave.errors import InputError
+        from ccweave.jsonfile import parse
+
+        try:
+            data = parse(text, "the record", "ccweave writes its records itself")
+        except InputError as error:
+            raise ValueError(str(error)) from None
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
-        maker = data.get("maker")
-        if not isinstance(maker, dict):
-            raise ValueError("no maker")
-        record = cls(tag=str(data["tag"]), maker=Maker(int(maker["pid"]), int(maker["start"])),
-                     namespaces=tuple(map(str, data["namespaces"])),
-                     links=tuple(map(str, data.get("links", ()))),
-                     standing=bool(data.get("standing", False)), spec=str(data.get("spec", "")),
-                     subnet=int(data.get("subnet", 0)),
-                     control_subnet=(None if data.get("control_subnet") is None
-                                      else int(data["control_subnet"])),
-                     max_rate=(None if data.get("max_rate") is None
-                               else float(data["max_rate"])),
-                     info=dict(data.get("info") or {}))
-        if not re.fullmatch(r"\w+", record.tag):
-            raise ValueError(f"tag {record.tag!r}")
-        return record
+        tag, maker = data.get("tag"), data.get("maker")
+        if not isinstance(tag, str) or not _TAG.fullmatch(tag):
+            raise ValueError(f"tag {tag!r}: not a testbed's tag")
+        if not isinstance(maker, dict) or not all(
+                _whole(maker.get(key), 0, 2**63) for key in ("pid", "start")):
+            raise ValueError("maker: not a pid and a start time")
+        names = {key: data.get(key, []) for key in ("namespaces", "links")}
+        for key, value in names.items():
+            if not isinstance(value, list) or not all(
+                    isinstance(name, str) and name.startswith(f"ccw{tag}") and
+                    _NAME.fullmatch(name) for name in value):
+                raise ValueError(f"{key}: not a list of testbed {tag}'s names (ccw{tag}...)")
+        subnet, control = data.get("subnet", 0), data.get("control_subnet")
+        if not _whole(subnet, 0, 255) or not (control is None or _whole(control, 0, 255)):
+            raise ValueError("subnet: not an octet of 10.x.0.0/16")
+        rate = _rate(data.get("max_rate"))
+        standing, spec, info = (data.get("standing", False), data.get("spec", ""),
+                                data.get("info") or {})
+        if not isinstance(standing, bool) or not isinstance(spec, str) or \
+                not isinstance(info, dict):
+            raise ValueError("standing, spec or info: not a bool, a string and an object")
+        return cls(tag=tag, maker=Maker(maker["pid"], maker["start"]),
+                   namespaces=tuple(names["namespaces"]), links=tuple(names["links"]),
+                   standing=standing, spec=spec, subnet=subnet, control_subnet=control,
+                   max_rate=rate, info=info)
 
 
 @dataclass(frozen=True)
@@ -136,9 +180,9 @@ def check_state_dir() -> Path:
            else f"the testbed state folder {folder}")
     fix = (f"point {STATE_ENV} at a folder ccweave may write in, or unset it (default "
            f"{DEFAULT_STATE_DIR})")
-    if folder.exists() and not folder.is_dir():
-        raise InputError(f"{how} is not a folder; {fix}")
     try:
+        if folder.exists() and not folder.is_dir():
+            raise InputError(f"{how} is not a folder; {fix}")
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / f".probe-{os.getpid()}"
         probe.write_text("")
@@ -165,15 +209,17 @@ def read_records() -> tuple[list[Record], list[BadRecord]]:
     """Every record in the state folder, and the files among them that cannot be read
     (a record cut short by a full disk, edited by hand): those are reported, not trusted."""
     folder = state_dir()
-    if not folder.is_dir():
+    try:
+        paths = sorted(folder.iterdir()) if folder.is_dir() else []
+    except OSError:  # a name too long, a loop of links: no records there to read
         return [], []
     good, bad = [], []
-    for path in sorted(folder.iterdir()):
+    for path in paths:
         if not _RECORD.match(path.name):
             continue
         try:
-            record = Record.from_json(path.read_text(errors="strict"))
-        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+            record = Record.from_json(_record_text(path))
+        except (OSError, UnicodeDecodeError, ValueError) as error:
             bad.append(BadRecord(path, f"{type(error).__name__}: {error}"[:200]))
             continue
         if _RECORD.match(path.name).group(1) != record.tag:
@@ -181,6 +227,28 @@ def read_records() -> tuple[list[Record], list[BadRecord]]:
             continue
         good.append(record)
     return good, bad
+
+
+def _record_text(path: Path) -> str:
+    """A record file's text. A record is a small regular file ccweave wrote: anything else
+    there (a FIFO, which would block a reader for ever; a link to /dev/zero; a folder) is
+    refused without reading it."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise ValueError("a symbolic link, not a file ccweave wrote") from None
+        raise
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_size > MAX_RECORD_BYTES:
+            raise ValueError(f"{info.st_size:,} bytes, over {MAX_RECORD_BYTES:,}")
+        with os.fdopen(os.dup(handle), "rb") as stream:
+            return stream.read(MAX_RECORD_BYTES + 1).decode("utf-8")
+    finally:
+        os.close(handle)
 
 
 def standing_record(spec: str) -> tuple[Record | None, list[BadRecord]]:
