@@ -156,6 +156,8 @@ for folder in ("/run/netns", "/run/ccweave-testbed"):
     os.makedirs(folder, exist_ok=True)
     subprocess.run(["mount", "-t", "tmpfs", "fuzz-testbed", folder], check=True)
 subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+for command in plan.get("before", []):  # another tool's names, made in here only
+    subprocess.run(command, check=True)
 steps = []
 for step in plan["steps"]:
     proc = subprocess.Popen([sys.executable, "-m", "ccweave.cli", *step["argv"]],
@@ -182,7 +184,7 @@ for step in plan["steps"]:
 deadline = time.monotonic() + 10  # a guard may still be undoing a killed build
 while time.monotonic() < deadline:
     spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    if not spaces.strip():
+    if {line.split()[0] for line in spaces.splitlines() if line.strip()} <= set(plan["keep"]):
         break
     time.sleep(0.2)
 links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
@@ -193,12 +195,16 @@ print(json.dumps({"steps": steps, "namespaces": sorted(
 """
 
 
-def in_sandbox(steps: list[dict[str, object]], state: Path) -> dict[str, object]:
+def in_sandbox(steps: list[dict[str, object]], state: Path,
+               before: list[list[str]] = ()) -> dict[str, object]:
     """Run ``ccweave`` steps one after another in a private mount and network namespace
-    (its own /run/netns: no other testbed is seen or touched) with ``state`` as the
-    testbed state folder; what each printed and ended with, and what is left."""
+    (its own /run/netns: no other testbed is seen or touched; ``before``'s commands run
+    there first) with ``state`` as the testbed state folder; what each printed and ended
+    with, and what is left."""
+    plan = {"steps": steps, "before": list(before),
+            "keep": [command[3] for command in before if command[:3] == ["ip", "netns", "add"]]}
     done = subprocess.run(["unshare", "--mount", "--net", sys.executable, "-c", DRIVER,
-                           json.dumps({"steps": steps})], capture_output=True, text=True,
+                           json.dumps(plan)], capture_output=True, text=True,
                           timeout=600, env={**os.environ, records.STATE_ENV: str(state),
                                             "PYTHONPATH": str(ROOT / "src")})
     assert done.returncode == 0, done.stderr[-2000:]
@@ -244,6 +250,24 @@ def test_down_survives_any_state_folder(tmp_path_factory, entries):
             assert path.is_dir() and not path.is_symlink(), f"{path.name} was left"
             assert f"left alone: {path}" in bare["out"], bare["out"]
     assert not ran["namespaces"]
+
+
+@needs_sandbox
+def test_a_record_naming_another_tool_s_names_is_not_obeyed(tmp_path):
+    """A record is trusted to say what ``down`` removes: one of a dead maker that listed
+    ``ccwork`` and ``ccwbr0`` (another tool's namespace and bridge) had a bare ``down``
+    delete both."""
+    state = tmp_path / "state"
+    make_state(state, [("testbed-zz20.json", json.dumps(
+        {**RECORD, "tag": "zz20", "namespaces": ["ccwork"], "links": ["ccwbr0"],
+         "standing": False}).encode())])
+    ran = in_sandbox([{"argv": ["testbed", "down"]}], state,
+                     before=[["ip", "netns", "add", "ccwork"],
+                             ["ip", "link", "add", "ccwbr0", "type", "bridge"]])
+    down = ran["steps"][0]
+    clean(down, (0,), "down beside a record naming another tool's names")
+    assert ran["namespaces"] == ["ccwork"] and ran["links"] == ["ccwbr0"]
+    assert "left alone: ccwork" in down["out"] and "left alone: ccwbr0" in down["out"]
 
 
 @needs_sandbox
