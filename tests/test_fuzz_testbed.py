@@ -32,8 +32,9 @@ from tests.strategies import json_text, mutated
 from tests.test_fuzz import check, cli
 
 ROOT = Path(__file__).resolve().parents[1]
-FEW = settings(max_examples=int(os.environ.get("CCWEAVE_FUZZ_TESTBED_EXAMPLES", "3")),
+FEW = settings(max_examples=int(os.environ.get("CCWEAVE_FUZZ_TESTBED_EXAMPLES", "2")),
                deadline=None, suppress_health_check=list(HealthCheck))
+"""A sandboxed example runs two or three commands (a second or two each): a few only."""
 MANY = settings(max_examples=int(os.environ.get("CCWEAVE_FUZZ_EXAMPLES", "40")),
                 deadline=None, suppress_health_check=list(HealthCheck))
 RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
@@ -308,7 +309,7 @@ def test_testbed_show_prints_any_name_as_itself(tmp_path_factory, name):
 
 
 @needs_sandbox
-@FEW
+@settings(FEW, max_examples=1)
 @given(name=NAMES)
 @example(name="safe\u202etxt.exe")
 def test_testbed_up_prints_any_name_as_itself(tmp_path_factory, name):
