@@ -57,3 +57,20 @@ def test_run_auto_runs_the_fastest_schedule_per_size():
     report = json.loads(result.stdout)
     assert report["plan"] == "auto(mist, allreduce)" and report["wrong"] == 0
     assert [row["size_bytes"] for row in report["rows"]] == [1024, 4 * 2**20]
+
+
+@pytest.mark.parametrize(("ports", "says"), [
+    ("70000-70010", "CCWEAVE_DATA_PORTS='70000-70010' is not a port range"),
+    ("5000-3000", "is not a port range"),
+    ("29731", "holds 1 port(s), but the 2 ranks on this host listen on one each")])
+def test_a_data_port_range_the_ranks_would_refuse_is_refused_before_they_start(
+        monkeypatch, capsys, ports, says):
+    """Each rank refused ``CCWEAVE_DATA_PORTS=x`` once started (or found no free port of
+    one), then the launcher said they failed: three error lines for one variable."""
+    from ccweave.cli import main
+
+    monkeypatch.setenv("CCWEAVE_DATA_PORTS", ports)
+    code = main(["run", "switch:2", "allreduce", "--sizes", "4KB", "--iters", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("ccweave: error:") == 1 and err.count("\n") == 1
+    assert says in err

@@ -108,3 +108,27 @@ def test_a_stopped_process_is_seen_as_stopped():
     finally:
         child.kill()
         child.wait()
+
+
+def test_what_a_rank_leaves_instead_of_a_record_is_not_read(tmp_path):
+    """A rank of ``testbed run`` is any program: a FIFO named like a record blocked the
+    launcher for ever, a link to /dev/zero filled its memory, and a record that lies
+    (NaN times, a rank of a billion, more ops done than there are) named nonsense."""
+    import os
+    import struct
+    import threading
+
+    os.mkfifo(tmp_path / "rank0.progress")
+    (tmp_path / "rank1.progress").symlink_to("/dev/zero")
+    (tmp_path / "rank2.progress").mkdir()
+    (tmp_path / "rank3.progress").write_bytes(struct.pack(
+        "<4sHHiidd12q", b"CCWP", 1, 1, 10**9, -5, float("nan"), float("-inf"), 0, -2**62,
+        -7, 5, 3, 2**40, 1, 4, 2, 0, 0, 0))
+    Recorder(tmp_path, 4, 30.0).run(0, 1024, 1, 3)
+    found: list[object] = []
+    reader = threading.Thread(target=lambda: found.append(progress.read_all(tmp_path)),
+                              daemon=True)
+    reader.start()
+    reader.join(10)
+    assert found, "reading the records blocked"
+    assert list(found[0]) == [4]

@@ -175,8 +175,10 @@ def launch_local(argv: Sequence[str], nproc: int, *, grace: float = GRACE_S,
     Returns 0 when every rank succeeded, 1 when ranks found wrong elements; raises
     ``RuntimeFault`` naming the rank that died, or on Ctrl-C.
     """
+    from ccweave.runtime.prerequisites import check_rank_environment
     from ccweave.runtime.store import host
 
+    check_rank_environment(nproc)
     # on loopback only: the ranks are on this host, and the store has no authentication
     store, _ = host("127.0.0.1", 0, nproc, timedelta(seconds=60))
     base = dict(os.environ)
@@ -323,6 +325,9 @@ def launch_mpi(argv: Sequence[str], nproc: int, *, threads: int | None = None,
     mpirun stops the job when a rank fails; this names the rank that was stopped (SIGSTOP,
     a debugger) when the first one gave up waiting, else the one mpirun reports dead.
     ``on_line`` takes the ranks' output lines instead of the terminal."""
+    from ccweave.runtime.prerequisites import check_rank_environment
+
+    check_rank_environment(nproc)
     records = tempfile.mkdtemp(prefix="ccweave-progress-")
     try:
         return _launch_mpi(argv, nproc, threads, module, script, on_line, records)

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
+from ccweave.errors import InputError
+
 MPI_PROBE = ("import mpi4py\n"
              "mpi4py.rc.initialize = mpi4py.rc.finalize = False\n"
              "from mpi4py import MPI\n")
@@ -39,6 +41,23 @@ def mpi_missing(env: Mapping[str, str] | None = None) -> str | None:
         return (f"the ranks' Python ({sys.executable}) cannot import mpi4py ({why}); "
                 "pip install mpi4py")
     return None
+
+
+def check_rank_environment(ranks_here: int, env: Mapping[str, str] | None = None) -> None:
+    """Refuse, before any rank starts, a variable every rank would refuse at once:
+    ``CCWEAVE_DATA_PORTS`` that is no port range, or fewer ports than the ``ranks_here``
+    ranks on this host take (one each): each rank said so, then the launcher, three error
+    lines for one variable. Its parser is the ranks' own, which loads torch: only read when
+    the variable is set."""
+    env = os.environ if env is None else env
+    if env.get("CCWEAVE_DATA_PORTS"):
+        from ccweave.runtime.transport.sockets import PORTS_ENV, data_ports
+
+        ports = data_ports(env[PORTS_ENV])
+        if ports is not None and len(ports) < ranks_here:
+            raise InputError(f"{PORTS_ENV}={env[PORTS_ENV]!r} holds {len(ports)} port(s), "
+                             f"but the {ranks_here} ranks on this host listen on one each; "
+                             "give a wider range")
 
 
 def torch_missing() -> str | None:

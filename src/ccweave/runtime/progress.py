@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import math
 import mmap
 import os
+import stat
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -172,14 +174,25 @@ def of(transport: object) -> Recorder:
 
 
 def read(path: Path) -> Snapshot | None:
-    """The record in ``path``, ``None`` if it is not one (yet)."""
+    """The record in ``path``, ``None`` if it is not one (yet). A record is a small regular
+    file its rank wrote; whatever else a rank left there (a FIFO would block the launcher
+    for ever, a link to /dev/zero fill its memory) is not read."""
     from ccweave.collectives import Kind
+    from ccweave.limits import MAX_RANKS
 
     try:
-        data = path.read_bytes()[:_LAYOUT.size]
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            return None
+        data = os.pread(handle, _LAYOUT.size, 0)
         magic, version, phase, rank, pid, updated, timeout, *values = _LAYOUT.unpack(data)
     except (OSError, struct.error):
         return None
+    finally:
+        os.close(handle)
     if magic != _MAGIC or version != _VERSION:
         return None
     kinds = list(Kind)
@@ -188,6 +201,12 @@ def read(path: Path) -> Snapshot | None:
         phase = Phase(phase)
     except ValueError:
         return None
+    size, call, done, ops, peer, _, transfer, waits = values[1:9]
+    if not (0 <= rank < MAX_RANKS and pid > 0 and math.isfinite(updated)
+            and 0 < timeout < math.inf and min(size, call, done, ops, waits) >= 0
+            and done <= ops and -1 <= peer < MAX_RANKS and transfer >= -1
+            and path.name == f"rank{rank}.progress"):
+        return None  # not what a rank of ccweave writes: a lie is no diagnosis
     return Snapshot(rank, pid, phase, updated, timeout, kind, values[1], values[2],
                     values[3], values[4], values[5], bool(values[6]), values[7], values[8])
 
