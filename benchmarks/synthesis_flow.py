@@ -28,8 +28,8 @@ import time
 from ccweave.bounds import lower_bound
 from ccweave.collectives import Kind
 from ccweave.compare import build_verified, compare
+from ccweave.select import DEFAULT_SIZES, auto_strategies, winners_plan
 from ccweave.simulate import simulate
-from ccweave.synth.select import DEFAULT_SIZES, auto_strategies, winners_plan
 from ccweave.topology import zoo
 from ccweave.topology.model import Link, NodeKind, Topology
 from ccweave.units import format_size

@@ -32,7 +32,7 @@ from ccweave.runtime.measure import Options, Runner, measure_call
 from ccweave.runtime.native import native_call
 from ccweave.runtime.reduce_ops import RedOp
 from ccweave.runtime.worker import GroupWorker
-from ccweave.synth.select import best_plan
+from ccweave.select import best_plan
 from ccweave.topology.io import load
 from ccweave.units import parse_size
 

@@ -67,7 +67,7 @@ def hook_plan(world: int, strategy: str, topology: str | None):
         return None
     from ccweave.compare import build_verified
     from ccweave.plan import Plan
-    from ccweave.synth.select import best_plan
+    from ccweave.select import best_plan
     from ccweave.topology.io import load
 
     topo = load(topology or f"switch:{world}")

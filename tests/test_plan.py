@@ -9,9 +9,9 @@ from ccweave.collectives import Kind
 from ccweave.compare import compare
 from ccweave.errors import InputError
 from ccweave.plan import Plan, PlanEntry
+from ccweave.select import best_plan
 from ccweave.simulate import simulate
 from ccweave.synth import synthesize
-from ccweave.synth.select import best_plan
 from ccweave.topology import zoo
 from ccweave.verify import verify
 

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from ccweave.collectives import Kind
 from ccweave.errors import InputError, NotApplicableError
 from ccweave.plan import Plan
+from ccweave.select import auto_strategies, best_plan, strategy_plan
 from ccweave.simulate import simulate
 from ccweave.synth import get_strategy, synthesize
-from ccweave.synth.select import auto_strategies, best_plan, strategy_plan
 from ccweave.topology import zoo
 from ccweave.verify import verify
 from tests.strategies import topologies

@@ -53,7 +53,7 @@ TAG_BASE = 1 << 20
 DEFAULT_STRATEGY = "ring"
 TIMEOUT_S = 300.0
 AUTO_PREFIX = "auto("
-"""The name :func:`ccweave.synth.select.best_plan` gives its plans."""
+"""The name :func:`ccweave.select.best_plan` gives its plans."""
 
 PlanLike = Plan | Schedule | str | Path
 
@@ -101,12 +101,12 @@ def use_auto(topology: str | Path | Topology, *kinds: str,
              strategies: Sequence[str] | None = None) -> list[Plan]:
     """Register ``auto`` plans for ``topology`` (a zoo name, a file or a Topology): for
     each of ``kinds`` (default allreduce) the fastest simulated schedule per size
-    (:func:`ccweave.synth.select.best_plan`); a calibrated topology is also the model the
+    (:func:`ccweave.select.best_plan`); a calibrated topology is also the model the
     incumbent is judged by. Every rank computes the same plans (the simulator is
     deterministic); on a big machine that takes a while, so ``ccweave synth TOPO KIND
     --strategy auto -o plan.json`` once and :func:`use` of the file is the cheaper habit.
     Returns the plans."""
-    from ccweave.synth.select import DEFAULT_SIZES, best_plan
+    from ccweave.select import DEFAULT_SIZES, best_plan
     from ccweave.topology.io import load
 
     machine = topology if isinstance(topology, Topology) else load(topology)

@@ -137,7 +137,7 @@ def _schedules(topology: Topology, kind: Kind, name: str, sizes: Sequence[int],
 
 def _auto(topology: Topology, kind: Kind, sizes: Sequence[int],
           root: int) -> dict[int, Schedule]:
-    from ccweave.synth.select import best_plan
+    from ccweave.select import best_plan
 
     plan = best_plan(topology, kind, sizes, root=root)
     return {size: plan.schedule_for(size) for size in sizes}

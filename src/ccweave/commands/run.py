@@ -143,7 +143,7 @@ def _plan(args, launching: bool = False) -> Plan:
     if not args.topology or not args.collective:
         raise InputError("give TOPOLOGY and COLLECTIVE (e.g. `ccweave run ring:4 allreduce`), "
                          "or --schedule FILE")
-    from ccweave.synth.select import strategy_plan
+    from ccweave.select import strategy_plan
 
     topo = _inputs.topology(args.topology)
     if launching:  # as many processes as ranks: refuse what cannot start before synthesis

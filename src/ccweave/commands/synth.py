@@ -7,8 +7,8 @@ from ccweave import schedule as schedule_io
 from ccweave.commands import _inputs, _output
 from ccweave.compare import build_verified
 from ccweave.errors import InputError
+from ccweave.select import AUTO, DEFAULT_SIZES, best_plan, strategy_plan
 from ccweave.synth.registry import get_strategy, strategies
-from ccweave.synth.select import AUTO, DEFAULT_SIZES, best_plan, strategy_plan
 from ccweave.synth.taccl import cli as taccl_cli
 from ccweave.units import format_size
 
