@@ -167,10 +167,14 @@ def test_runs_reuse_bound_views_and_temporaries():
         data, out = torch.full((400,), float(transport.rank)), torch.empty(400)
         for _ in range(3):
             executor.run(data, out)
-        views = executor._bound
+        (views,) = [bound[0] for bound in executor._bindings.values()]
+        other, spare = torch.full((400,), float(transport.rank)), torch.empty(400)
+        executor.run(other, spare)  # a second buffer binds beside the first
         executor.run(data, out)
-        assert executor._bound is views
+        assert len(executor._bindings) == 2
+        assert any(bound[0] is views for bound in executor._bindings.values())
         executor.release()
+        assert not executor._bindings
         return out[0].item()
 
     assert run_threads(4, work) == [6.0] * 4
