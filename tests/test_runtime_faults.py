@@ -37,9 +37,9 @@ BOUND_S = 20.0
 class Job:
     """``ccweave run`` in the background, its ranks found through a marker in their env."""
 
-    def __init__(self, backend: str, *extra: str) -> None:
+    def __init__(self, backend: str, *extra: str, env: dict[str, str] | None = None) -> None:
         self.mark = uuid.uuid4().hex
-        env = dict(os.environ, CCWEAVE_TEST_MARK=self.mark)
+        env = dict(os.environ, CCWEAVE_TEST_MARK=self.mark, **(env or {}))
         command = [sys.executable, "-m", "ccweave.cli", "run", "switch:4", "allreduce",
                    "--sizes", "4MB", "--iters", "1000000", "--warmup", "0", "--modes", "out",
                    "--no-check", "--backend", backend, "--progress", *extra]
@@ -305,3 +305,16 @@ def test_sizes_that_cannot_fit_memory_are_refused_before_any_rank_starts(capsys)
     assert "--sizes 1TB: 4 rank(s) on this host need about" in err and "available" in err
     assert main(["run", "ring:4096", "allgather", "--sizes", "1KB"]) == 2
     assert "ring:4096: 4096 rank(s) on this host need about" in capsys.readouterr().err
+
+
+def test_a_closed_terminal_stops_the_job_and_leaves_nothing(tmp_path):
+    """SIGHUP (the terminal or ssh session went away) killed the launcher by its default
+    action: its folder of progress records stayed behind."""
+    job = Job("gloo", env={"TMPDIR": str(tmp_path)})
+    job.wait_running()
+    job.proc.send_signal(signal.SIGHUP)
+    code, err = job.finish()
+    assert code == 129, err  # 128 + SIGHUP
+    assert "ccweave: interrupted (SIGHUP); stopped all 4 ranks" in err
+    job.assert_nothing_left()
+    assert not list(tmp_path.iterdir())

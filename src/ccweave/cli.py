@@ -71,9 +71,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 @contextlib.contextmanager
 def _sigterm_unwinds() -> Iterator[None]:
-    """SIGTERM (``kill``, a job scheduler, ``timeout``) stops a command as Ctrl-C does:
-    its ranks stopped, a testbed's namespaces and temporary folders removed, exit 143.
-    Its default action ended ``ccweave bench`` at once and left 11 namespaces behind.
+    """SIGTERM (``kill``, a job scheduler, ``timeout``) and SIGHUP (the terminal closed)
+    stop a command as Ctrl-C does: its ranks stopped, a testbed's namespaces and temporary
+    folders removed, exit 143 (129). Their default action ended ``ccweave bench`` at once
+    and left 11 namespaces behind, and ``run`` its folder of progress records.
     Both are remembered (:mod:`ccweave.interrupts`): one whose exception Python swallowed
     still stops the command. Ranks a ccweave launcher started keep the defaults: their
     launcher cleans up."""
@@ -91,6 +92,8 @@ def _sigterm_unwinds() -> Iterator[None]:
         signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as before
 
     old = {signal.SIGTERM: signal.signal(signal.SIGTERM, stop)}
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup's stays ignored
+        old[signal.SIGHUP] = signal.signal(signal.SIGHUP, stop)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not if ignored
         old[signal.SIGINT] = signal.signal(signal.SIGINT, ctrl_c)
     try:

@@ -32,11 +32,14 @@ def say(line: str) -> None:
     """Write ``line`` and its newline to stderr in one write. The ranks of a job share
     the launcher's stderr, and ``print`` sends the newline in a write of its own (stderr
     is write-through): two ranks' errors then ran into one line. With no stderr at all
-    (``2>&-``) there is nowhere to say it: the exit code still does."""
+    (``2>&-``, a closed terminal) there is nowhere to say it: the exit code still does."""
     if sys.stderr is None:
         return
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except OSError:  # a terminal that hung up (EIO): the exit code still says it
+        pass
 
 
 class CCWeaveError(Exception):

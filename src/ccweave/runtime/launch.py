@@ -120,7 +120,9 @@ def die_with_parent() -> None:
 
 
 class _Signals:
-    """Turn SIGINT/SIGTERM into a flag while supervising (restored afterwards)."""
+    """Turn SIGINT, SIGTERM and SIGHUP (the terminal closed: its default killed the
+    launcher and left its folder of progress records) into a flag while supervising
+    (restored afterwards); a signal the launcher was started ignoring stays ignored."""
 
     def __init__(self) -> None:
         self.received: int | None = None
@@ -128,8 +130,9 @@ class _Signals:
 
     def __enter__(self) -> _Signals:
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._old[sig] = signal.signal(sig, self._handle)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's stays ignored
+                    self._old[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum: int, frame: object) -> None:

@@ -376,14 +376,16 @@ def fresh_tag() -> str:
 
 @contextmanager
 def signals_deferred() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM while namespaces are made or removed, so an interrupt
-    never leaves half a testbed; they are delivered (as usual) right after."""
+    """Hold Ctrl-C, SIGTERM and SIGHUP while namespaces are made or removed, so an
+    interrupt never leaves half a testbed; they are delivered (as usual) right after. A
+    signal ignored (``nohup``) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     caught: list[int] = []
     old = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
-           for sig in (signal.SIGINT, signal.SIGTERM)}
+           for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+           if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         yield
     finally:
