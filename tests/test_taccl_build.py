@@ -172,7 +172,7 @@ def test_progress_reports_every_stage():
     ({"max_paths": 1.5}, "max_paths must be a positive integer"),
     ({"fallback": "yes"}, "fallback must be true or false"),
     ({"routing": "lp"}, "routing is 'lp'; use one of milp, trees"),
-    ({"ordering": "fifo"}, "ordering is 'fifo'; use one of best, earliest-start"),
+    ({"ordering": "fifo"}, "ordering is 'fifo'; use one of best, joint, earliest-start"),
     ({"reduce_order": "x"}, "reduce_order is 'x'"),
     ({"channels": "two"}, "channels is 'two'; use one of alternate, one"),
     ({"relay_hops": 2, "routing": "trees"}, "relay_hops above 1 needs routing=milp"),

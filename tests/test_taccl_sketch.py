@@ -195,3 +195,26 @@ def test_shipped_sketches_fit_their_machines():
     assert set(machines) <= set(found)
     for stem, machine in machines.items():
         logical.apply(zoo.get(machine), sketch.load(folder / f"{stem}.json"))
+
+
+def test_a_default_sketch_is_taken_by_its_name():
+    """``sketch=relay-per-nic`` (e.g. ``ccweave bench ... --option taccl:sketch=...``) is
+    that default sketch, not a file; a name the machine has none of says which it has."""
+    from pathlib import Path
+
+    from ccweave.synth.taccl.build import TacclOptions, synthesize_taccl
+    from ccweave.topology import io
+
+    shared = Path(__file__).resolve().parent.parent / "examples" / "topologies"
+    topology = io.load(str(shared / "shared-nic-2x4.json"))
+    schedule = synthesize_taccl(topology, Kind.ALLTOALL, 1, TacclOptions(
+        size=2**20, sketch="relay-per-nic", fallback=False, time_limit=20.0,
+        routing_time_limit=2.0, contiguity_time_limit=0.5))
+    assert schedule.metadata["taccl"]["sketch"] == "default-relay-per-nic(shared-nic-2x4)"
+    crossing = {(t.src, t.dst) for t in schedule.transfers
+                if topology.group_of("node", t.src) != topology.group_of("node", t.dst)}
+    assert crossing == {(0, 4), (4, 0)}  # one relay a NIC, to its namesake
+    with pytest.raises(InputError, match=r"sketch=one-node: 'shared-nic-2x4' has no default "
+                                         r"one-node sketch for alltoall; its default sketches "
+                                         r"are fully-connected, relay-per-nic"):
+        synthesize_taccl(topology, Kind.ALLTOALL, 1, TacclOptions(sketch="one-node"))

@@ -14,7 +14,7 @@ import enum
 import itertools
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from ccweave.errors import CCWeaveError, InputError, NotApplicableError
 from ccweave.schedule import Schedule, ScheduleBuilder
 from ccweave.synth.layout import chunks_for
 from ccweave.synth.registry import register, strategies_for, synthesize
+from ccweave.synth.taccl import joint as joint_mod
 from ccweave.synth.taccl import logical as logical_mod
 from ccweave.synth.taccl import profile as profile_mod
 from ccweave.synth.taccl import sketch as sketch_mod
@@ -35,7 +36,7 @@ from ccweave.synth.taccl.contiguity import (
     contiguity,
     singletons,
 )
-from ccweave.synth.taccl.defaults import default_sketch, default_sketches
+from ccweave.synth.taccl.defaults import VARIANTS, default_sketch, default_sketches, named_sketch
 from ccweave.synth.taccl.demand import Demand
 from ccweave.synth.taccl.logical import LogicalTopology
 from ccweave.synth.taccl.lower import (
@@ -97,6 +98,11 @@ EXPORT_RESERVE = 0.1
 export's)."""
 BEST = "best"
 """Option value: try every choice and keep the schedule that simulates fastest."""
+JOINT = "joint"
+"""``ordering`` value: routes and order from the joint MILP alone
+(:mod:`~ccweave.synth.taccl.joint`), warm-started by the best heuristic order."""
+JOINT_SHARE = 0.5
+"""Most part of a candidate's time left that the joint MILP may use."""
 SAME = 1e-9
 """Relative difference below which two simulated times are the same."""
 EXPORT_ROUNDS = 3
@@ -124,8 +130,9 @@ class TacclOptions:
 
     Parameters
     ----------
-    sketch: a sketch file (ccweave's or TACCL's format), or a :class:`Sketch`; ``None``:
-        read sketches off the topology.
+    sketch: a sketch file (ccweave's or TACCL's format), a :class:`Sketch`, or the name of
+        one of the sketches read off the topology (``relay-per-nic``, ``relay-all``,
+        ``fully-connected``, ``one-node``); ``None``: try those read off the topology.
     size: bytes of the collective's size buffer to synthesize for (``64MB`` accepted).
     time_limit: wall-clock seconds for the whole synthesis. Each candidate gets a share
         and each solver stage a part of that; a stage at its limit returns its best
@@ -136,8 +143,13 @@ class TacclOptions:
         candidate.
     relay_hops: most node-to-node hops a chunk takes (1: TACCL's relay; more: chunks
         may be relayed on through nodes they reached, routing ``milp`` only).
-    ordering: ``best`` (every heuristic of :class:`Heuristic`, the fastest kept) or one
-        heuristic's name.
+    ordering: ``best`` (every heuristic of :class:`Heuristic`, and the joint MILP where
+        it has at most ``joint_max_binaries`` binaries; the fastest kept), ``joint`` (the
+        joint MILP's routes and order alone) or one heuristic's name.
+    joint_time_limit: at most this many seconds for the joint routing-and-ordering MILP
+        (:mod:`~ccweave.synth.taccl.joint`).
+    joint_max_binaries: the joint MILP is solved only for sketches whose model has at most
+        this many binaries (sends and pairs of sends that share a link).
     contiguity_time_limit: at most this many seconds for the contiguity stage of a
         candidate, shared by the orderings tried.
     contiguity_window: most sends one merged transfer holds (TACCL's window, 6).
@@ -171,6 +183,8 @@ class TacclOptions:
     routing_time_limit: float = ROUTING_TIME_LIMIT_S
     relay_hops: int = 1
     ordering: str = BEST
+    joint_time_limit: float = joint_mod.TIME_LIMIT_S
+    joint_max_binaries: int = joint_mod.MAX_BINARIES
     contiguity_time_limit: float = CONTIGUITY_TIME_LIMIT_S
     contiguity_window: int = WINDOW
     mip_gap: float = 1e-3
@@ -219,10 +233,11 @@ class TacclOptions:
                 raise InputError(f"taccl option {name} must be {kind}, got {value!r}")
 
         for name in ("size", "time_limit", "routing_time_limit", "contiguity_time_limit",
-                     "mip_gap", "merge_alpha_ratio", "profile_chunk", "profile_scale"):
+                     "mip_gap", "merge_alpha_ratio", "profile_chunk", "profile_scale",
+                     "joint_time_limit"):
             positive(name, getattr(self, name))
         for name in ("max_paths", "max_trees", "max_merges", "contiguity_max_sends",
-                     "threads", "relay_hops", "contiguity_window"):
+                     "threads", "relay_hops", "contiguity_window", "joint_max_binaries"):
             positive(name, getattr(self, name), integer=True)
         for name in ("contiguity", "fallback", "route_search"):
             if not isinstance(getattr(self, name), bool):
@@ -239,10 +254,11 @@ class TacclOptions:
             raise InputError(f"taccl option profile must be a file name, got {self.profile!r}")
 
     def heuristics(self) -> tuple[Heuristic, ...] | None:
-        """The ordering heuristics asked for; ``None``: every one that applies."""
-        if self.ordering == BEST:
+        """The ordering heuristics asked for; ``None``: every one that applies (with
+        ``best``, and with ``joint``, whose MILP starts from the best of them)."""
+        if self.ordering in (BEST, JOINT):
             return None
-        return (_member(Heuristic, self.ordering, "ordering", BEST),)
+        return (_member(Heuristic, self.ordering, "ordering", BEST, JOINT),)
 
     def reduce_orders(self) -> tuple[ReduceOrder, ...]:
         if self.reduce_order == BEST:
@@ -292,12 +308,15 @@ class _Clock:
 
 
 def resolve_sketch(topology: Topology, sketch: str | Sketch | None, kind: Kind) -> Sketch:
-    """The sketch to use: a file, a :class:`Sketch`, or the topology's default."""
+    """The sketch to use: a file, a :class:`Sketch`, a default sketch by name
+    (:data:`~ccweave.synth.taccl.defaults.VARIANTS`), or the topology's default."""
+    direct = Kind.ALLTOALL if kind is Kind.ALLTOALL else Kind.ALLGATHER
     if sketch is None:
-        return default_sketch(topology, Kind.ALLTOALL if kind is Kind.ALLTOALL
-                              else Kind.ALLGATHER)
+        return default_sketch(topology, direct)
     if isinstance(sketch, Sketch):
         return sketch
+    if str(sketch) in VARIANTS:
+        return named_sketch(topology, direct, str(sketch))
     return sketch_mod.load(Path(str(sketch)))
 
 
@@ -373,6 +392,18 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
         began = time.perf_counter()
         orderings[(id(r), h)] = order(logical, r, chunk_bytes, h)
         slowest_order = max(slowest_order, time.perf_counter() - began)
+    joint = _joint_routing(logical, demand, chunk_bytes, routings, orderings.values(),
+                           options, clock)
+    if joint is not None:
+        routings = [*routings, joint]
+        unique.append(joint)
+        orderings[(id(joint), Heuristic.SOLVER_TIMES)] = order(logical, joint, chunk_bytes,
+                                                              Heuristic.SOLVER_TIMES)
+        plans = [(joint, Heuristic.SOLVER_TIMES)] if options.ordering == JOINT else \
+            [*plans, (joint, Heuristic.SOLVER_TIMES)]
+        if progress:
+            progress(Progress("routing", f"{joint.method}: {joint.note}",
+                              joint.makespan_s * 1e6, gap=joint.gap, elapsed_s=joint.seconds))
     best_model = {id(r): min(o.makespan_s for (key, _), o in orderings.items()
                              if key == id(r)) for r in unique}
     for routing, heuristic in plans:
@@ -421,9 +452,10 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
     for low in lowerings:
         lowered_us[id(low.routing)] = min(lowered_us.get(id(low.routing), math.inf),
                                           low.time_s * 1e6)
+    unlowered = ("not lowered: ordering=joint lowers the joint MILP's routes alone"
+                 if options.ordering == JOINT else "the same routes as the tree selection")
     routing_facts = tuple({**r.report(), "lowered_us": lowered_us[id(r)]} if id(r) in
-                          lowered_us else {**r.report(), "lowered": "the same routes as the "
-                                                                    "tree selection"}
+                          lowered_us else {**r.report(), "lowered": unlowered}
                           for r in routings)
     bound = order_bound(logical, kept.routing, chunk_bytes)
     report = StageReport(
@@ -439,6 +471,34 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
         time.perf_counter() - started, routing_facts)
     schedule = kept.schedule.with_name(name, taccl=report.to_dict())
     return Direct(schedule, report, logical, kept.routing, chunk_bytes, kept.time_s)
+
+
+def _joint_routing(logical: LogicalTopology, demand: Demand, chunk_bytes: float,
+                   routings: Sequence[Routing], orders: Iterable[Ordering],
+                   options: TacclOptions, clock: _Clock) -> Routing | None:
+    """The joint MILP's routes and order (``ordering`` ``best`` or ``joint``), warm-started
+    by the fastest of ``orders``; ``None`` where it is not asked for or (``best``) its
+    model is larger than ``joint_max_binaries`` or the fastest order already meets the
+    routing MILP's LP bound (which bounds every schedule: the routing model relaxes the
+    joint one)."""
+    if options.ordering not in (BEST, JOINT):
+        return None
+    incumbent = min(orders, key=lambda o: o.makespan_s)
+    floor = max((r.bound_s for r in routings if r.bound_s is not None), default=0.0)
+    if options.ordering == BEST and incumbent.makespan_s <= floor * (1 + options.mip_gap):
+        return None
+    size = joint_mod.joint_binaries(logical, demand, options.joint_max_binaries)
+    if size is None:
+        if options.ordering == JOINT:
+            raise InputError(
+                f"taccl option ordering=joint: the joint MILP of sketch "
+                f"{logical.sketch.name} has more than {options.joint_max_binaries} binaries "
+                f"(joint_max_binaries); raise joint_max_binaries, or use ordering=best")
+        return None
+    limit = min(options.joint_time_limit, clock.stage(JOINT_SHARE))
+    settings = SolverSettings(limit, options.mip_gap, options.threads)
+    return joint_mod.route_and_order(logical, demand, chunk_bytes, incumbent, floor_s=floor,
+                                     settings=settings, progress=options.progress)
 
 
 SEARCH_HEURISTICS = (Heuristic.EARLIEST_START,)
@@ -466,7 +526,10 @@ those that won most often in benchmarks/taccl.py first."""
 
 
 def _heuristics(routing: Routing, options: TacclOptions) -> tuple[Heuristic, ...]:
-    """The ordering heuristics to try for ``routing``: those asked for that apply."""
+    """The ordering heuristics to try for ``routing``: those asked for that apply (the
+    joint MILP's routes: its own times)."""
+    if routing.method == joint_mod.METHOD:
+        return (Heuristic.SOLVER_TIMES,)
     usable = heuristics_for(routing)
     return tuple(h for h in options.heuristics() or ORDER_PREFERENCE if h in usable) or \
         (Heuristic.EARLIEST_START,)  # solver times asked for, but these routes have none

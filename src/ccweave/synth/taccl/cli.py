@@ -18,8 +18,9 @@ def add_flags(parser) -> None:
     ``--contiguity-time-limit``."""
     parser.add_argument("--sketch", metavar="FILE",
                         help="communication sketch for --strategy taccl: ccweave's JSON "
-                             "(docs/sketches.md) or TACCL's own sketch file; default: "
-                             "sketches read off the topology")
+                             "(docs/sketches.md), TACCL's own sketch file, or the name of a "
+                             "sketch read off the topology (relay-per-nic, relay-all, "
+                             "fully-connected, one-node); default: those read off it")
     parser.add_argument("--profile", metavar="FILE",
                         help="TACCL profiled topology (its --topology-file, e.g. "
                              "topo-ndv2-1MB.json) whose link costs taccl uses; see "

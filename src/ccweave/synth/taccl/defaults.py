@@ -39,6 +39,9 @@ DEFAULT_CHUNKUP = 2
 crosses the NIC, at twice the transfers of one."""
 
 DEFAULT_HYPEREDGE = Hyperedge.UC_MAX
+VARIANTS = ("one-node", "relay-per-nic", "relay-all", "fully-connected")
+"""The default sketches by name: ``--option sketch=NAME`` picks one (a name is not a
+file: ``relay-per-nic`` is the variant, ``./relay-per-nic.json`` a file)."""
 
 
 def default_sketch(topology: Topology, kind: Kind = Kind.ALLGATHER) -> Sketch:
@@ -71,6 +74,18 @@ def default_sketches(topology: Topology, kind: Kind = Kind.ALLGATHER) -> list[Sk
             variants.append(("relay-all", base))
     return [replace(_with_symmetry(topology, sketch, nodes),
                     name=f"default-{label}({topology.name})") for label, sketch in variants]
+
+
+def named_sketch(topology: Topology, kind: Kind, name: str) -> Sketch:
+    """The default sketch called ``name`` (one of :data:`VARIANTS`) for ``kind``; one
+    that does not fit ``topology`` is an ``InputError`` naming those that do."""
+    found = {sketch.name.split("(")[0].removeprefix("default-"): sketch
+             for sketch in default_sketches(topology, kind)}
+    if name not in found:
+        raise InputError(f"taccl option sketch={name}: {topology.name!r} has no default "
+                         f"{name} sketch for {kind.value}; its default sketches are "
+                         f"{', '.join(found)} (or give a sketch file)")
+    return found[name]
 
 
 def _relays(topology: Topology, nodes: tuple[tuple[int, ...], ...],

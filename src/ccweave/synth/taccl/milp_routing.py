@@ -129,6 +129,40 @@ def route_milp(logical: LogicalTopology, demand: Demand, chunk_bytes: float, war
                    None if bound is None else bound / US_PER_S, binding)
 
 
+def allowed_edges(logical: LogicalTopology, demand: Demand, chunk: int,
+                  relay_hops: int = 1) -> tuple[int, ...]:
+    """The logical edges ``chunk`` may cross: none into its source (nor, for a unicast
+    chunk, out of its destination); between nodes only the sketch's connections, leaving
+    its home node from a sender that carries it, into nodes it must reach (or, with
+    ``relay_hops`` above 1, into any node and on from nodes it reached)."""
+    node_of = logical.node_of
+    ch = demand.chunks[chunk]
+    source, home = ch.source, node_of[ch.source]
+    targets = {node_of[d] for d in ch.destinations}
+    unicast = not demand.multicast
+    # nodes a unicast chunk may pass: its own and its destination's, or any with relays
+    passable = set(range(len(logical.nodes))) if (not unicast or relay_hops > 1) \
+        else {home, *targets}
+    allowed = []
+    for i, e in enumerate(logical.edges):
+        if e.dst == source or (unicast and e.src in ch.destinations):
+            continue
+        a, b = node_of[e.src], node_of[e.dst]
+        if not e.internode:
+            if a in passable:
+                allowed.append(i)
+            continue
+        if b == home or b not in passable:
+            continue
+        if a == home:
+            if logical.may_carry(e.src, source) and (relay_hops > 1 or b in targets
+                                                     or not unicast):
+                allowed.append(i)
+        elif relay_hops > 1:
+            allowed.append(i)
+    return tuple(allowed)
+
+
 def _makespan_bound(model: Model, column: int, settings: SolverSettings) -> float | None:
     """The LP bound on the makespan (``None`` if the LP does not finish in time)."""
     try:
@@ -176,33 +210,9 @@ class _Encoding:
     # ------------------------------------------------------------------ edges
 
     def _rep(self, chunk: int) -> _Rep:
-        logical = self.logical
-        node_of = logical.node_of
         ch = self.demand.chunks[chunk]
-        source, home = ch.source, node_of[ch.source]
-        targets = {node_of[d] for d in ch.destinations}
-        unicast = not self.demand.multicast
-        # nodes a unicast chunk may pass: its own and its destination's, or any with relays
-        passable = set(range(len(logical.nodes))) if (not unicast or self.relay_hops > 1) \
-            else {home, *targets}
-        allowed = []
-        for i, e in enumerate(logical.edges):
-            if e.dst == source or (unicast and e.src in ch.destinations):
-                continue
-            a, b = node_of[e.src], node_of[e.dst]
-            if not e.internode:
-                if a in passable:
-                    allowed.append(i)
-                continue
-            if b == home or b not in passable:
-                continue
-            if a == home:
-                if logical.may_carry(e.src, source) and (self.relay_hops > 1 or b in targets
-                                                         or not unicast):
-                    allowed.append(i)
-            elif self.relay_hops > 1:
-                allowed.append(i)
-        return _Rep(chunk, source, frozenset(ch.destinations), tuple(allowed))
+        return _Rep(chunk, ch.source, frozenset(ch.destinations),
+                    allowed_edges(self.logical, self.demand, chunk, self.relay_hops))
 
     # ------------------------------------------------------------------ build
 
