@@ -72,6 +72,8 @@ def _job(rank: int, world: int, port: int, folder: str) -> None:
     seen["values_ok"] = all(bool(torch.all(works[n].get_future().value()[0] == 10))
                             for n in buckets)
     seen["same_tensor"] = works["A"].get_future().value()[0] is buckets["A"]
+    odd = cw._state(None).whole_call(cw.Kind.ALLREDUCE, buckets["B"], 0, None, False)
+    seen["odd_copies"] = odd.copies  # 7 elements: no split into the ring's chunks
 
     # the DDP hook's future comes back before the bucket is summed
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 4))
@@ -189,6 +191,11 @@ def test_async_all_reduce_returns_before_the_collective_ends_and_completes_in_or
         assert seen["waited"] and seen["completed"] and seen["values_ok"]
         assert seen["finished"] == ["A", "B", "C"]
         assert seen["same_tensor"]
+
+
+def test_a_bucket_that_does_not_split_into_the_chunks_is_summed_with_no_copy(ranks):
+    for seen in ranks:
+        assert seen["odd_copies"] is False and seen["values_ok"]
 
 
 def test_the_hooks_future_completes_after_it_returns_with_ddps_gradients(ranks):

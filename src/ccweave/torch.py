@@ -16,8 +16,9 @@ group's own ``all_reduce`` is a candidate at every size: it runs where the calib
 model, or a first call timed on every rank, finds it faster.
 
 Every rank of the group must call the same collectives in the same order, like
-``torch.distributed``. Sizes that do not split into the schedule's chunks are padded
-through a buffer kept for the next call.
+``torch.distributed``. Sizes that do not split into the schedule's chunks run as they
+are, in chunks one element apart in size (padded through a buffer kept for the next call
+only where a schedule moves chunks between places of unequal size).
 """
 
 from __future__ import annotations
@@ -276,7 +277,7 @@ class _Group:
         key = (id(schedule), in_place)
         if key not in self.executors:
             self.executors[key] = Executor(schedule, self.transport, timeout=TIMEOUT_S,
-                                           tag_base=TAG_BASE)
+                                           tag_base=TAG_BASE, uneven=True)
         return self.executors[key]
 
     def plan(self, kind: Kind, root: int, plan: PlanLike | None) -> tuple[Plan, bool]:
@@ -335,17 +336,18 @@ class _Group:
     def _whole_runner(self, schedule: Schedule, numel: int, dtype: torch.dtype,
                       device: torch.device
                       ) -> tuple[Callable[[torch.Tensor, RedOp], None], bool]:
-        """``run(flat, op)``: the schedule on ``flat`` in place, through a padded buffer
-        (kept for the next call) where its size does not split into the chunks, and
-        through an output buffer where the schedule has no in-place variant; and whether
-        it copies the buffer so."""
+        """``run(flat, op)``: the schedule on ``flat`` in place; where its size does not
+        split into the chunks, with chunks one element apart (:mod:`ccweave.runtime.uneven`)
+        or, where the schedule allows none, through a padded buffer kept for the next
+        call; through an output buffer where the schedule has no in-place variant; and
+        whether it copies the buffer so."""
         per = schedule.collective.total_chunks
         padded = -(-numel // per) * per
         executor = self.executor(schedule, True)
+        if executor is not None and (padded == numel or executor.runs_uneven(numel)):
+            return (lambda flat, op: executor.run(flat, None, op)), False
         pad = torch.zeros(padded, dtype=dtype, device=device) if padded != numel else None
         if executor is not None:
-            if pad is None:
-                return (lambda flat, op: executor.run(flat, None, op)), False
 
             def padded_run(flat: torch.Tensor, op: RedOp) -> None:
                 pad[:numel].copy_(flat)
@@ -355,6 +357,8 @@ class _Group:
             return padded_run, True
         out_of_place = self.executor(schedule, False)
         assert out_of_place is not None
+        if out_of_place.runs_uneven(numel):
+            pad, padded = None, numel
         out = torch.empty(padded, dtype=dtype, device=device)
 
         def copied_run(flat: torch.Tensor, op: RedOp) -> None:

@@ -15,6 +15,7 @@ import torch
 from ccweave.collectives import Buffer
 from ccweave.errors import InputError, RuntimeFault
 from ccweave.runtime import progress
+from ccweave.runtime import uneven as unequal_chunks
 from ccweave.runtime.program import Operation, OpKind, Program, Slot, compile_program
 from ccweave.runtime.reduce_ops import RedOp
 from ccweave.runtime.transport.base import PeerFailure, Transport
@@ -47,11 +48,15 @@ class Executor:
         torch's setting). One by default: the work is memory-bound, and ranks sharing
         cores with OpenMP pools of their own starve the network (8 ranks on 2 cores ran
         a schedule 2.8-3.4x slower with torch's default of one thread per core).
+    uneven: run buffers whose elements do not split into the chunks as they are, with
+        chunks one element apart in size (:mod:`ccweave.runtime.uneven`), where the
+        schedule allows it (:meth:`runs_uneven`); every rank must say the same. Off: such
+        a buffer is refused, as nccl-tests rounds its count.
     """
 
     def __init__(self, schedule: Schedule, transport: Transport, *, timeout: float = 60.0,
                  tag_base: int = 0, segment_bytes: int | None = SEGMENT_BYTES,
-                 threads: int | None = 1) -> None:
+                 threads: int | None = 1, uneven: bool = False) -> None:
         if transport.world_size != schedule.num_ranks:
             raise RuntimeFault(
                 f"world size {transport.world_size} != the schedule's {schedule.num_ranks} "
@@ -92,6 +97,29 @@ class Executor:
         self._size_bytes = 0
         self._calls = 0
         self._kind = progress.kind_code(schedule.collective.kind)
+        self._classes = unequal_chunks.classes(schedule) if uneven else None
+        self._uneven: dict[int, unequal_chunks.Bounds | None] = {}
+
+    def runs_uneven(self, elements: int) -> bool:
+        """Whether a buffer of ``elements`` that does not split into the chunks runs as
+        it is (chunks one element apart), without a padded copy."""
+        return self._bounds(elements) is not None
+
+    def _bounds(self, elements: int) -> unequal_chunks.Bounds | None:
+        if self._classes is None or elements % self.schedule.collective.total_chunks == 0:
+            return None
+        if elements not in self._uneven:
+            self._uneven[elements] = unequal_chunks.bounds(self._classes, self.transport.rank,
+                                                   elements)
+        return self._uneven[elements]
+
+    def _uneven_bounds(self, input: torch.Tensor | None,
+                       output: torch.Tensor | None) -> unequal_chunks.Bounds | None:
+        """Unequal chunk bounds for these tensors, where they need and allow them."""
+        given = [t.numel() for t in (input, output) if t is not None]
+        if not given or len(set(given)) > 1:
+            return None
+        return self._bounds(given[0])
 
     # ------------------------------------------------------------ binding
 
@@ -132,11 +160,13 @@ class Executor:
             views, self._send_bytes, self._size_bytes = bound
             return views
         coll = self.schedule.collective
-        chunk = self.chunk_elements(input, output)
+        unequal = self._uneven_bounds(input, output)
+        chunk = self.chunk_elements(input, output) if unequal is None else 0
         like = output if output is not None else input
         assert like is not None
-        self._size_bytes = chunk * like.element_size() * max(coll.input_chunks,
-                                                             coll.output_chunks)
+        self._size_bytes = like.element_size() * (
+            like.numel() if unequal is not None
+            else chunk * max(coll.input_chunks, coll.output_chunks))
         if self.schedule.in_place:
             input = output = like
         flats: dict[Buffer, torch.Tensor] = {}
@@ -148,7 +178,9 @@ class Executor:
                 continue
             tensor = given[buffer]
             if tensor is None:
-                tensor = self._own_buffer(buffer, sizes[buffer] * chunk, like)
+                numel = (sizes[buffer] * chunk if unequal is None
+                         else unequal.elements(buffer))
+                tensor = self._own_buffer(buffer, numel, like)
             elif not tensor.is_contiguous():
                 raise InputError(f"the {buffer.value} tensor must be contiguous")
             flats[buffer] = tensor.view(-1)
@@ -156,6 +188,9 @@ class Executor:
         def view(slot: Slot | None) -> torch.Tensor | None:
             if slot is None:
                 return None
+            if unequal is not None:
+                return flats[slot.buffer][unequal.start(slot.buffer, slot.index):
+                                          unequal.start(slot.buffer, slot.index + slot.count)]
             start = slot.index * chunk
             return flats[slot.buffer][start:start + slot.count * chunk]
 
