@@ -339,3 +339,37 @@ def test_routing_out_of_time_keeps_a_schedule_and_says_so():
     if routing.status == "time limit":
         assert "not proven optimal" in routing.note and "MIP gap" in routing.note
     assert all(len(hops) == 31 for hops in routing.hops)  # still a tree to everyone
+
+
+def test_a_measured_per_message_latency_is_taccls_alpha_and_merges_the_relay():
+    """A calibrated machine's per-message latency (``cost_model``) is part of each send's
+    alpha, as the simulator charges it: a relay over a NIC whose links state no alpha then
+    merges its chunks into fewer messages, and simulates faster for it."""
+    from pathlib import Path
+
+    from ccweave.synth.taccl.build import TacclOptions, synthesize_taccl
+    from ccweave.synth.taccl.defaults import default_sketch
+    from ccweave.topology import io
+    from ccweave.topology.cost import CostModel
+
+    folder = Path(__file__).resolve().parent.parent / "examples" / "topologies"
+    plain = io.load(str(folder / "shared-nic-2x4.json"))
+    measured = plain.with_cost(CostModel(message_latency=800 * US, connection_fifo=True))
+    lg = logical.apply(measured, default_sketch(measured, Kind.ALLTOALL))
+    assert all(e.alpha == pytest.approx(800 * US) for e in lg.edges)
+    size = 2**16
+    options = TacclOptions(size=size, sketch="relay-per-nic", fallback=False, time_limit=20.0,
+                           routing_time_limit=2.0, contiguity_time_limit=1.0)
+    built = {name: synthesize_taccl(machine, Kind.ALLTOALL, 1, options)
+             for name, machine in (("plain", plain), ("measured", measured))}
+    for schedule in built.values():
+        verify(schedule, measured)
+
+    def crossing(schedule):
+        return [t.count for t in schedule.transfers
+                if plain.group_of("node", t.src) != plain.group_of("node", t.dst)]
+
+    assert max(crossing(built["plain"])) == 1  # 16 messages a way, one chunk each
+    assert len(crossing(built["measured"])) < len(crossing(built["plain"]))
+    times = {name: simulate(s, measured, size).time_s for name, s in built.items()}
+    assert times["measured"] < 0.8 * times["plain"]

@@ -213,8 +213,12 @@ def _switch_on(topology: Topology, route: tuple[int, ...]) -> str | None:
 
 def _edge(topology: Topology, u: int, v: int, route: tuple[int, ...], internode: bool,
           switch: str | None = None) -> Edge:
+    """The send ``u -> v`` over ``route``: its links' alpha plus a measured machine's
+    per-message latency (``cost_model``, as the simulator charges every remote transfer),
+    which is what TACCL's profiler would have measured as alpha and what merging saves."""
     links = [topology.links[i] for i in route]
-    return Edge(u, v, route, float(sum(lk.alpha for lk in links)),
+    return Edge(u, v, route,
+                float(sum(lk.alpha for lk in links)) + topology.cost.message_latency,
                 float(min(lk.bandwidth for lk in links)), internode, switch)
 
 
