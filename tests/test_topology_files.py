@@ -62,12 +62,17 @@ def class_code_tree(dump: Path) -> str:
 @needs_azure
 def test_azure_tree_imports_with_a_named_fabric():
     topo = nccl_xml.read(AZURE, options=H100)
-    assert topo.num_ranks == 8 and kinds(topo) == {"cpu": 2, "pcie": 8, "nic": 8, "switch": 1}
+    # 8 bridges, and each socket's memory sides (host_memory: cpuN.write, cpuN.read)
+    assert topo.num_ranks == 8 and kinds(topo) == {"cpu": 2, "pcie": 12, "nic": 8, "switch": 1}
     # GPUs in ascending PCI bus id: 0001, 0002, 0003, 0008 on NUMA 0; 0009, 000a.. on NUMA 1
     assert topo.groups["socket"] == ((0, 1, 2, 3), (4, 5, 6, 7))
     assert gbps(topo, 3, "pcie@ffff:ff:04.0") == 64 and gbps(topo, 4, "pcie@ffff:ff:05.0") == 64
     assert gbps(topo, 0, "nvswitch") == 450 == gbps(topo, "nvswitch", 7)
     assert gbps(topo, "cpu0", "cpu1") == 32  # Sapphire Rapids UPI (modelid 143)
+    # its 8 DDR5-4800 channels, 307.2 GB/s, half each way, behind the bridges' x16 Gen5
+    assert gbps(topo, "pcie@ffff:ff:01.0", "cpu0.write") == 64
+    assert gbps(topo, "cpu0.write", "cpu0") == 153.6 == gbps(topo, "cpu1", "cpu1.read")
+    assert "307.2 GB/s" in topo.provenance.links["memory"]
     assert "h100-nvswitch" in topo.provenance.links["nvlink"]
     assert not topo.provenance.warnings  # every bridge is x16 Gen5: nothing to correct
     assert topo.cost == zoo.GPU_SERVER_COST
@@ -126,11 +131,12 @@ def test_vm_dump_bridges_are_named_and_modelled_at_the_devices_speed():
     for busid in ("0000:a1:00.0", "0000:e7:00.0"):
         line = next(w for w in bridges if w.startswith(f"bridge {busid} "))
         assert "2.5 GT/s PCIe x1 = 0.25 GB/s" in line and "modelled at 64 GB/s" in line
-    assert gbps(topo, "pcie@0000:a1:00.0", "cpu0") == 64 == gbps(topo, 0, "pcie@0000:a1:00.0")
+    assert gbps(topo, "pcie@0000:a1:00.0", "cpu0.write") == 64 == \
+        gbps(topo, 0, "pcie@0000:a1:00.0")
     assert topo.route_bandwidth(0, 4) == 450e9  # NVSwitch: 5+5+4+4 NVLink4
     assert any("link_width 0 (unreported) on 16 device(s)" in w for w in topo.provenance.warnings)
     kept = nccl_xml.read(VM_DUMP, options=Options(keep_link_speeds=True))
-    assert gbps(kept, "pcie@0000:a1:00.0", "cpu0") == 0.25
+    assert gbps(kept, "pcie@0000:a1:00.0", "cpu0.write") == 0.25
     assert all("kept at the file's figure" in w for w in kept.provenance.warnings
                if w.startswith("bridge "))
 
@@ -220,7 +226,7 @@ def test_fabric_from_nvlink_status_refines_a_family(tmp_path):
 
 def test_hwloc_reads_devices_numa_nodes_and_link_speeds_unchanged():
     topo = hwloc_xml.read(HWLOC_NVLINK)
-    assert topo.num_ranks == 4 and kinds(topo) == {"cpu": 2, "pcie": 6, "nic": 2}
+    assert topo.num_ranks == 4 and kinds(topo) == {"cpu": 2, "pcie": 10, "nic": 2}
     assert topo.groups["socket"] == ((0, 1), (2, 3))
     assert gbps(topo, 0, "pcie@0000:12:00.0") == 31.507692  # pci_link_speed, as written
     assert gbps(topo, "mlx5_1", "pcie@0000:91:00.0") == 31.507692  # NIC named by its RDMA device
@@ -251,7 +257,7 @@ def test_hwloc_speed_zero_bridge_is_flagged_and_old_versions_refused(tmp_path):
     topo = hwloc_xml.parse(text, source="vm.xml")
     warnings = [w for w in topo.provenance.warnings if w.startswith("bridge 0000:11:00.0 ")]
     assert len(warnings) == 1 and "modelled at 31.5077 GB/s" in warnings[0]
-    assert gbps(topo, "pcie@0000:11:00.0", "cpu0") == 31.507692
+    assert gbps(topo, "pcie@0000:11:00.0", "cpu0.write") == 31.507692
     with pytest.raises(InputError, match=r"hwloc 1\.x"):
         hwloc_xml.parse(text.replace('<topology version="2.0">', "<topology>"), source="old.xml")
 

@@ -34,8 +34,9 @@ from ccweave.units import GB_PER_S
 
 _CPU_LINK_KINDS = ("qpi", "upi", "xbus", "xgmi", "smp", "sys")
 """Link kinds between CPU sockets, as the zoo and the importers name them."""
-_OTHER_KINDS = ("pcie", "net", "c2c")
-"""Link kinds that are not NVLink and not between sockets."""
+_OTHER_KINDS = ("pcie", "net", "c2c", "memory")
+"""Link kinds that are not NVLink and not between sockets (``memory``: an import's host
+memory, :mod:`ccweave.topology.host_memory`)."""
 
 
 @dataclass(frozen=True)

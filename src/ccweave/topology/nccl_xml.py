@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ccweave.errors import InputError, TopologyError
-from ccweave.topology import gpu_fabric, link_table, nccl_pci, pci_tree, zoo
+from ccweave.topology import gpu_fabric, host_memory, link_table, nccl_pci, pci_tree, zoo
 from ccweave.topology.model import Link, NodeKind, Topology
 from ccweave.topology.provenance import Provenance
 from ccweave.units import GB_PER_S, US
@@ -253,10 +253,17 @@ class _Importer:
                                  "speed in Gb/s")
             nics = {nic: self.options.nic_gbits / 8 for nic in nics}
             nic_source = f"NIC speed {self.options.nic_gbits:g} Gb/s (--nic-gbits)"
+        links, fabric, memory = host_memory.through_memory(
+            links, self.fabric, {cpu: families[host] for host, members in sockets.items()
+                                 for cpu in members})
+        provenance = self._provenance(families, links)
+        if memory:
+            provenance = Provenance({**provenance.links, host_memory.MEMORY_KIND: memory},
+                                    provenance.warnings)
         try:
-            server = Topology(name, len(ranks), tuple(links), dict(self.fabric), groups,
+            server = Topology(name, len(ranks), tuple(links), fabric, groups,
                               source=source, cost=zoo.GPU_SERVER_COST,
-                              provenance=self._provenance(families, links))
+                              provenance=provenance)
             if len(hosts) > 1:
                 server = self._join_hosts(server, hosts)
             topology = link_table.join_nodes(server, nics, nodes,

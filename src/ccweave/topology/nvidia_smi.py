@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ccweave.errors import InputError, TopologyError
-from ccweave.topology import gpu_fabric, link_table, zoo
+from ccweave.topology import gpu_fabric, host_memory, link_table, zoo
 from ccweave.topology.model import Link, NodeKind, Topology
 from ccweave.topology.provenance import Provenance
 from ccweave.units import GB_PER_S, US
@@ -104,12 +104,16 @@ def parse(text: str, *, gpu: str, source: str = "nvidia-smi topo -m", nodes: int
                  f"{link_table.nvlink_gbps(gen.sm):g} GB/s, PCIe Gen{gen.pcie_gen} x16, "
                  f"{(nic_gbits or gen.nic_gbits):g} Gb/s NICs); figures from ccweave's link "
                  "table (docs/profiling.md)" + "".join(f"; {note}" for note in notes))
+    links, fabric, memory = host_memory.through_memory(
+        links, fabric, {cpu: gen.cpu for cpu, kind in fabric.items() if kind is NodeKind.CPU})
     origin = Provenance({
         "nvlink": (f"NV# cells of {source}, {link_table.nvlink_gbps(gen.sm):g} GB/s per NVLink "
                    f"({gen.name}, --gpu)"),
         "pcie": (f"PCIe Gen{gen.pcie_gen} x16 for every device ({gen.name}, --gpu): the matrix "
                  "says which devices share a switch, not how fast"),
-        "sys": f"{gen.cpu} socket link, {cpu_gbps:g} GB/s (ccweave's link table)"})
+        "sys": f"{gen.cpu} socket link, {cpu_gbps:g} GB/s (ccweave's link table)",
+        **({host_memory.MEMORY_KIND: f"{memory} (the usual CPU of a {gen.name} server, --gpu)"}
+           if memory else {})})
     nic_source = (f"NIC speed {nic_gbits:g} Gb/s (--nic-gbits)" if nic_gbits else
                   f"NIC speed {gen.nic_gbits:g} Gb/s, a {gen.name} server's usual NIC")
     try:

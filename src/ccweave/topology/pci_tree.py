@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ccweave.errors import InputError, TopologyError
-from ccweave.topology import link_table, zoo
+from ccweave.topology import host_memory, link_table, zoo
 from ccweave.topology.gpu_fabric import GpuFabric
 from ccweave.topology.model import Link, NodeKind, Topology
 from ccweave.topology.provenance import Provenance
@@ -155,11 +155,15 @@ def build(machine: PciMachine, fabric: GpuFabric, *, name: str, nic_gbits: float
                          "(ccweave's link table)")}
     if nvlinks:
         origin["nvlink"] = fabric.description
+    links, fabric_nodes, memory = host_memory.through_memory(
+        builder.links, builder.fabric, {s.name: s.family for s in machine.sockets})
+    if memory:
+        origin[host_memory.MEMORY_KIND] = memory
     notes = [*machine.notes, *builder.notes]
     source = (f"PCI tree {machine.source}; GPU fabric: {fabric.description}"
               + "".join(f"; {note}" for note in notes))
     try:
-        server = Topology(name, len(gpus), tuple(builder.links), builder.fabric, groups,
+        server = Topology(name, len(gpus), tuple(links), fabric_nodes, groups,
                           source=source, cost=zoo.GPU_SERVER_COST,
                           provenance=Provenance(origin, (*machine.warnings,
                                                          *builder.warnings)))
