@@ -487,7 +487,8 @@ def _joint_routing(logical: LogicalTopology, demand: Demand, chunk_bytes: float,
     floor = max((r.bound_s for r in routings if r.bound_s is not None), default=0.0)
     if options.ordering == BEST and incumbent.makespan_s <= floor * (1 + options.mip_gap):
         return None
-    size = joint_mod.joint_binaries(logical, demand, options.joint_max_binaries)
+    size = joint_mod.joint_binaries(logical, demand, options.joint_max_binaries,
+                                    options.relay_hops)
     if size is None:
         if options.ordering == JOINT:
             raise InputError(
@@ -498,7 +499,8 @@ def _joint_routing(logical: LogicalTopology, demand: Demand, chunk_bytes: float,
     limit = min(options.joint_time_limit, clock.stage(JOINT_SHARE))
     settings = SolverSettings(limit, options.mip_gap, options.threads)
     return joint_mod.route_and_order(logical, demand, chunk_bytes, incumbent, floor_s=floor,
-                                     settings=settings, progress=options.progress)
+                                     relay_hops=options.relay_hops, settings=settings,
+                                     progress=options.progress)
 
 
 SEARCH_HEURISTICS = (Heuristic.EARLIEST_START,)

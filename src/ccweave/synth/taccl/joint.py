@@ -85,12 +85,12 @@ class _Sends:
     """The sends of one demand on one logical topology, and the pairs that may queue."""
 
     def __init__(self, logical: LogicalTopology, demand: Demand, chunk_bytes: float,
-                 max_binaries: int | None = None) -> None:
+                 max_binaries: int | None = None, relay_hops: int = 1) -> None:
         self.logical = logical
         self.demand = demand
         edges = logical.edges
         self.sends = [_Send(c, e) for c in range(len(demand.chunks))
-                      for e in allowed_edges(logical, demand, c)]
+                      for e in allowed_edges(logical, demand, c, relay_hops)]
         self.index = {(s.chunk, s.edge): i for i, s in enumerate(self.sends)}
         self.cost = [edges[s.edge].seconds(chunk_bytes) * US_PER_S for s in self.sends]
         self.alpha = [edges[s.edge].alpha * US_PER_S for s in self.sends]
@@ -152,26 +152,27 @@ class _TooLarge(Exception):
 
 
 def joint_binaries(logical: LogicalTopology, demand: Demand,
-                   most: int = MAX_BINARIES) -> int | None:
+                   most: int = MAX_BINARIES, relay_hops: int = 1) -> int | None:
     """How many binaries the joint model of ``demand`` on ``logical`` has (the size that
     decides whether it is solved), or ``None`` when over ``most`` (not counted further)."""
     try:
-        return _Sends(logical, demand, 1.0, most).binaries
+        return _Sends(logical, demand, 1.0, most, relay_hops).binaries
     except _TooLarge:
         return None
 
 
 def route_and_order(logical: LogicalTopology, demand: Demand, chunk_bytes: float,
-                    incumbent: Ordering, *, floor_s: float = 0.0,
+                    incumbent: Ordering, *, floor_s: float = 0.0, relay_hops: int = 1,
                     settings: SolverSettings = DEFAULT_SETTINGS,
                     progress: Callable[[Progress], None] | None = None) -> Routing:
     """The joint model of the module docstring, warm-started from ``incumbent`` (stage 2's
     best order of some routing of the same demand); its hops and send times.
 
     ``floor_s`` is a known lower bound on the makespan (the routing MILP's LP bound: the
-    routing model relaxes this one), which lets the solver stop once it is met."""
+    routing model relaxes this one), which lets the solver stop once it is met;
+    ``relay_hops`` the routing stage's (the routes a chunk may take, and the incumbent's)."""
     started = time.perf_counter()
-    sends = _Sends(logical, demand, chunk_bytes)
+    sends = _Sends(logical, demand, chunk_bytes, relay_hops=relay_hops)
     model, columns = _build(sends, incumbent, floor_s * US_PER_S)
     warm = _warm_values(sends, columns, incumbent, model.num_vars)
     if progress:
