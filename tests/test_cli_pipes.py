@@ -83,3 +83,19 @@ def test_ctrl_c_while_the_command_still_loads_is_one_line():
     library = subprocess.run([sys.executable, "-c", "import ccweave.cli; "
                               "raise KeyboardInterrupt"], capture_output=True, text=True)
     assert "Traceback" in library.stderr  # a program that imports ccweave keeps its own
+
+
+def test_a_ctrl_c_python_swallows_while_the_command_loads_still_stops_it():
+    """A Ctrl-C that lands in an import's weakref callback while the command still loads
+    its modules is printed by Python as "Exception ignored" and lost: ``testbed up`` went
+    on to build its testbed and exit 0. The command's start remembers it, says one line,
+    and runs nothing."""
+    script = ("import signal, sys, weakref; sys.argv = ['ccweave']; import ccweave.cli\n"
+              "class Loading: pass\n"
+              "lock = Loading()\n"
+              "ref = weakref.ref(lock, lambda _: signal.raise_signal(signal.SIGINT))\n"
+              "del lock  # the callback runs, its KeyboardInterrupt is ignored\n"
+              "sys.exit(ccweave.cli.main(['topo', 'show', 'ring:4']))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (130, "")
+    assert done.stderr == "ccweave: interrupted (SIGINT)\n"

@@ -87,15 +87,12 @@ def _sigterm_unwinds() -> Iterator[None]:
         interrupts.note(signum)
         raise Interrupted(f"interrupted ({signal.Signals(signum).name})", signum)
 
-    def ctrl_c(signum: int, frame: object) -> None:
-        interrupts.note(signum)
-        signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as before
-
     old = {signal.SIGTERM: signal.signal(signal.SIGTERM, stop)}
     if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup's stays ignored
         old[signal.SIGHUP] = signal.signal(signal.SIGHUP, stop)
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not if ignored
-        old[signal.SIGINT] = signal.signal(signal.SIGINT, ctrl_c)
+    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler,  # not if ignored
+                                           interrupts.ctrl_c):
+        old[signal.SIGINT] = signal.signal(signal.SIGINT, interrupts.ctrl_c)
     try:
         yield
     finally:
@@ -112,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             _flush_stdout()
             raise
         with _sigterm_unwinds():
+            interrupts.check()  # one swallowed while the command loaded: run nothing
             code = int(args.run(args) or 0)
             interrupts.check()  # a signal whose exception was swallowed still counts
         _flush_stdout()

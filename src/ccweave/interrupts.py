@@ -20,6 +20,13 @@ def note(signum: int) -> None:
     _received.append(signum)
 
 
+def ctrl_c(signum: int, frame: object) -> None:
+    """SIGINT's handler for the command: remember it, then raise ``KeyboardInterrupt`` as
+    Python's own handler does."""
+    note(signum)
+    signal.default_int_handler(signum, frame)
+
+
 def check() -> None:
     """Raise :class:`~ccweave.errors.Interrupted` for a signal the command got but that
     did not stop it (its exception was swallowed); nothing otherwise. Main thread only,
