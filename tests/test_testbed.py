@@ -203,6 +203,39 @@ def test_an_interrupt_during_the_build_leaves_no_namespace(monkeypatch):
     assert not set(emulation.namespaces) & namespaces()
 
 
+def test_an_interrupt_during_the_hosts_probe_leaves_no_probe_namespace(monkeypatch):
+    """``testbed up`` first makes and removes a namespace to see that it can: a SIGTERM
+    while ``ip netns add`` ran left ``ccwprobe<pid>`` on the host for good (no record
+    names it, so no ``down`` removes it). The probe holds the signal, then delivers it."""
+    from ccweave.testbed import netns
+
+    ran: list[list[str]] = []
+
+    def fake_run(command, **kwargs):
+        ran.append(list(command))
+        if command[:3] == ["ip", "netns", "add"]:
+            signal.raise_signal(signal.SIGTERM)  # the user's kill, while `ip` runs
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    class Stopped(Exception):
+        pass
+
+    def stop(signum, frame):
+        raise Stopped
+
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(netns.shutil, "which", lambda tool: f"/sbin/{tool}")
+    monkeypatch.setattr(netns.subprocess, "run", fake_run)
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        with pytest.raises(Stopped):
+            unavailable_reason()
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert [command[:3] for command in ran] == [["ip", "netns", "add"],
+                                                ["ip", "netns", "del"]]
+
+
 @needs_netns
 def test_every_namespace_uses_the_testbeds_congestion_control_not_the_hosts():
     """The host's default congestion control (which a namespace inherits; BBR on some

@@ -68,10 +68,12 @@ def unavailable_reason() -> str | None:
         if shutil.which(tool) is None:
             return f"the netns testbed needs `{tool}` (Debian: apt-get install iproute2)"
     probe = f"{PREFIX}probe{os.getpid()}"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    with signals_deferred():  # an interrupt in between left the probe for good
+        made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+        if made.returncode == 0:
+            subprocess.run(["ip", "netns", "del", probe], capture_output=True)
     if made.returncode != 0:
         return f"`ip netns add` fails here: {made.stderr.strip() or made.returncode}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
     return None
 
 
