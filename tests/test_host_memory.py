@@ -25,14 +25,14 @@ def socket_of_four(model: int = 143) -> str:
 
 
 def test_cpu_links_pass_half_the_socket_peak_each_way_and_socket_links_stay():
-    links = [Link(0, "sw", 64e9), Link("sw", 0, 64e9), Link("sw", "cpu0", 64e9, 5e-7, "pcie"),
-             Link("cpu0", "sw", 64e9, 5e-7, "pcie"), Link("cpu0", "cpu1", 32e9, 0, "upi"),
-             Link("cpu1", "cpu0", 32e9, 0, "upi"), Link("sw", "cpu1", 64e9)]
+    links = [Link(0, "sw", 64e9), Link("sw", 0, 64e9), Link("sw", "cpu0", 256e9, 5e-7, "pcie"),
+             Link("cpu0", "sw", 256e9, 5e-7, "pcie"), Link("cpu0", "cpu1", 32e9, 0, "upi"),
+             Link("cpu1", "cpu0", 32e9, 0, "upi"), Link("sw", "cpu1", 256e9)]
     fabric = {"sw": NodeKind.PCIE, "cpu0": NodeKind.CPU, "cpu1": NodeKind.CPU}
     out, nodes, source = host_memory.through_memory(
         links, fabric, {"cpu0": "intel-srp", "cpu1": "power"})  # POWER: no figure
     pairs = {(lk.src, lk.dst): lk for lk in out}
-    assert pairs["sw", "cpu0.write"].bandwidth == 64e9 and pairs["sw", "cpu0.write"].kind == "pcie"
+    assert pairs["sw", "cpu0.write"].bandwidth == 256e9 and pairs["sw", "cpu0.write"].kind == "pcie"
     assert pairs["cpu0.read", "sw"].alpha == 5e-7
     assert pairs["cpu0.write", "cpu0"].bandwidth == 153.6e9 == pairs["cpu0", "cpu0.read"].bandwidth
     assert pairs["cpu0.write", "cpu0"].kind == "memory"
@@ -42,6 +42,10 @@ def test_cpu_links_pass_half_the_socket_peak_each_way_and_socket_links_stay():
     assert "intel-srp 307.2 GB/s per socket" in source
     unchanged = host_memory.through_memory(links, fabric, {"cpu0": "arm", "cpu1": "other"})
     assert unchanged == (links, fabric, None)
+    # PCIe that cannot outrun the memory (153.6 GB/s each way) leaves the machine as it was
+    slow = [Link(lk.src, lk.dst, min(lk.bandwidth, 150e9), lk.alpha, lk.kind) for lk in links]
+    assert host_memory.through_memory(slow, fabric, {"cpu0": "intel-srp"}) == \
+        (slow, fabric, None)
 
 
 def test_staged_copies_of_one_socket_share_its_memory():

@@ -80,7 +80,7 @@ def test_nccl_ndv2_is_the_zoo_machine():
             count = zoo.DGX1_NVLINKS[a][b]
             links = [lk for lk in topo.links if (lk.src, lk.dst) == (a, b)]
             assert [lk.bandwidth / 1e9 for lk in links] == ([25.0 * count] if count else [])
-    assert gbps(topo, "cpu0", "cpu1") == 20.8 and gbps(topo, "mlx5_0", "cpu0.write") == 16
+    assert gbps(topo, "cpu0", "cpu1") == 20.8 and gbps(topo, "mlx5_0", "cpu0") == 16
     assert busbw(topo) == pytest.approx(busbw(zoo.get("ndv2")))
     assert busbw(nccl_xml.read(NDV2_XML, nodes=2)) == pytest.approx(busbw(zoo.get("ndv2:2")))
 
@@ -147,8 +147,7 @@ def test_nvidia_smi_dgx1_is_the_zoo_machine():
     assert topo.num_ranks == 8 and topo.groups["socket"] == ((0, 1, 2, 3), (4, 5, 6, 7))
     assert gbps(topo, 0, 1) == 50 and gbps(topo, 0, 2) == 25
     assert not [lk for lk in topo.links if (lk.src, lk.dst) == (0, 5)]
-    assert sorted(f for f, kind in topo.fabric.items() if kind.value == "pcie") == \
-        ["cpu0.read", "cpu0.write", "cpu1.read", "cpu1.write", *(f"pcie{k}" for k in range(4))]
+    assert sum(kind.value == "pcie" for kind in topo.fabric.values()) == 4
     assert busbw(topo) == pytest.approx(busbw(zoo.get("dgx1")))
     assert busbw(nvidia_smi.read(DGX1_SMI, gpu="v100", nodes=2)) == \
         pytest.approx(busbw(zoo.get("dgx1:2")))

@@ -5,12 +5,14 @@ An imported CPU node is where a host path stages its bytes (GPU -> PCIe -> host 
 -> PCIe -> GPU). Its PCIe links alone would let every GPU of a socket stage at its full
 PCIe speed at once: on Azure's ND H100 v5 four GPUs at 64 GB/s each way are 512 GB/s of
 DRAM traffic per socket, where a Sapphire Rapids socket's eight DDR5-4800 channels peak
-at 307.2 GB/s. So each CPU node whose family has a published memory figure gets two
-fabric nodes: ``CPU.write`` takes every link that came into the CPU from a non-CPU node
-and joins it by a ``memory`` link of half the socket's peak, and ``CPU.read`` does the
-same for the links out. A staged copy writes each byte once and reads it once, so the
-halves are what staging can use of the whole; links between sockets stay on the CPU
-nodes themselves.
+at 307.2 GB/s. So each CPU node whose family has a published memory figure, and whose
+PCIe links together can move more than half of it one way, gets two fabric nodes:
+``CPU.write`` takes every link that came into the CPU from a non-CPU node and joins it by
+a ``memory`` link of half the socket's peak, and ``CPU.read`` does the same for the links
+out. A staged copy writes each byte once and reads it once, so the halves are what
+staging can use of the whole; links between sockets stay on the CPU nodes themselves.
+Where the PCIe links cannot outrun the memory (DGX-1: two PCIe3 x16 switches, 32 GB/s,
+under 64) a memory link could never be the bottleneck, and the machine is left as it was.
 """
 
 from __future__ import annotations
@@ -53,15 +55,23 @@ def through_memory(links: Sequence[Link], fabric: Mapping[str, NodeKind],
                    families: Mapping[str, str]) -> tuple[list[Link], dict[str, NodeKind],
                                                          str | None]:
     """``links`` and ``fabric`` with each CPU node of ``families`` (CPU node -> family)
-    behind its memory links (see the module docstring), and the provenance line for the
-    ``memory`` links (None when no family has a figure: nothing changed)."""
-    gbps = {cpu: HOST_MEMORY_GBPS[family] for cpu, family in families.items()
-            if family in HOST_MEMORY_GBPS and fabric.get(cpu) is NodeKind.CPU}
-    if not gbps:
-        return list(links), dict(fabric), None
+    behind its memory links where they can bind (see the module docstring), and the
+    provenance line for the ``memory`` links (None when none was added)."""
 
     def is_cpu(node: object) -> bool:
         return isinstance(node, str) and fabric.get(node) is NodeKind.CPU
+
+    def pcie_side(cpu: str) -> float:
+        """What the CPU's links to non-CPU nodes move together, the busier way."""
+        into = sum(lk.bandwidth for lk in links if lk.dst == cpu and not is_cpu(lk.src))
+        out = sum(lk.bandwidth for lk in links if lk.src == cpu and not is_cpu(lk.dst))
+        return max(into, out)
+
+    gbps = {cpu: HOST_MEMORY_GBPS[family] for cpu, family in families.items()
+            if family in HOST_MEMORY_GBPS and is_cpu(cpu)
+            and pcie_side(cpu) > HOST_MEMORY_GBPS[family] / 2 * GB_PER_S}
+    if not gbps:
+        return list(links), dict(fabric), None
 
     out: list[Link] = []
     for link in links:
