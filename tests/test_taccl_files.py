@@ -275,3 +275,23 @@ def test_refusals_of_mutated_taccl_sketches_name_taccls_keys(tmp_path, stem, cha
     message = str(refused.value)
     assert taccl_key in message and ours not in message
     assert message.startswith(str(path)) and "\n" not in message
+
+
+def test_a_profile_is_read_once_so_a_pipe_can_give_it(monkeypatch):
+    """``--profile <(cat topo-ndv2-1MB.json)`` (a pipe, a FIFO) is read once: the taccl
+    strategy read the file again to compare with the classic schedules, and that second
+    open of a FIFO waited for a writer for ever."""
+    from ccweave.synth.taccl.build import build_taccl
+
+    reads: list[object] = []
+    real = profile.read_json
+
+    def read_json(path, *args, **kwargs):
+        reads.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(profile, "read_json", read_json)
+    build_taccl(zoo.get("ndv2"), Kind.ALLGATHER, chunks=1, sketch="one-node",
+                profile=str(FIXTURES / "topo" / "topo-ndv2-1MB.json"),
+                time_limit=5.0, routing_time_limit=1.0, contiguity_time_limit=0.2)
+    assert len(reads) == 1

@@ -197,7 +197,7 @@ class TacclOptions:
     contiguity_max_sends: int = MAX_SENDS
     reduce_order: str = BEST
     channels: ChannelPolicy = ChannelPolicy.ALTERNATE
-    profile: str | None = None
+    profile: str | Path | profile_mod.Profile | None = None
     profile_chunk: int = profile_mod.DEFAULT_CHUNK_BYTES
     profile_scale: float = 1.0
     fallback: bool = True
@@ -250,7 +250,8 @@ class TacclOptions:
                 is RoutingMethod.TREES:
             raise InputError("taccl option relay_hops above 1 needs routing=milp (the tree "
                              "selection relays once)")
-        if self.profile is not None and not isinstance(self.profile, (str, Path)):
+        if self.profile is not None and not isinstance(self.profile,
+                                                       (str, Path, profile_mod.Profile)):
             raise InputError(f"taccl option profile must be a file name, got {self.profile!r}")
 
     def heuristics(self) -> tuple[Heuristic, ...] | None:
@@ -324,8 +325,15 @@ def profiled(topology: Topology, options: TacclOptions) -> Topology:
     """``topology`` with the link costs of ``options.profile`` (unchanged without one)."""
     if options.profile is None:
         return topology
-    profile = profile_mod.load(options.profile, options.profile_chunk, options.profile_scale)
-    return profile_mod.apply(profile, topology)
+    return profile_mod.apply(_read_profile(options).profile, topology)
+
+
+def _read_profile(options: TacclOptions) -> TacclOptions:
+    """``options`` with its profile file read (once: a pipe or FIFO gives it only once)."""
+    if not isinstance(options.profile, (str, Path)):
+        return options
+    return replace(options, profile=profile_mod.load(options.profile, options.profile_chunk,
+                                                     options.profile_scale))
 
 
 @dataclass(frozen=True)
@@ -770,7 +778,7 @@ def build_taccl(topology: Topology, kind: Kind, *, root: int = 0, chunks: int | 
     if kind not in KINDS:
         built = ", ".join(sorted(k.value for k in KINDS))
         raise NotApplicableError(f"strategy 'taccl' builds {built}, not {kind.value}")
-    opts = TacclOptions.parse(options)
+    opts = _read_profile(TacclOptions.parse(options))
     schedule = synthesize_taccl(topology, kind, chunks, opts)
     if not opts.fallback:
         return schedule
