@@ -80,6 +80,8 @@ RUN = ("run", "switch:4", "allreduce")
     (["--sizes", "1MB,1MB"], "1MB comes twice"),
     (["--sizes", "1B:3B:1.5"], "1B comes twice"),
     (["--warmup", "-1"], "--warmup -1"),
+    (["--sizes", "x"], "--sizes: size 'x'"),
+    (["--sizes", "64KB\u202e"], "--sizes: size '64KB\\u202e'"),
 ])
 def test_bench_refuses_what_run_refuses_in_the_same_words_before_any_rank(
         no_ranks, flags, words):
@@ -117,9 +119,37 @@ def test_bench_refuses_what_run_refuses_in_the_same_words_before_any_rank(
                                                        "not calibrate with --model"),
     (["--calibrate-sizes", "1TB"], "--calibrate-sizes 1TB: 4 rank(s)"),
     (["--calibrate-sizes", "4KB,4KB"], "4KB comes twice"),
+    (["--calibrate-sizes", "nan"], "--calibrate-sizes: size 'nan'"),  # not --sizes'
+    (["--root", "99"], "--root 99: not a rank of 'switch:4' (0..3)"),  # after calibrating
+    (["--root", "-1"], "--root -1: not a rank"),
+    (["--plot", ""], "--plot '': give"),  # was no plot, without a word
 ])
 def test_bench_refuses_a_value_it_would_replace_or_ignore(no_ranks, flags, words):
     assert words in refused(*BENCH, *flags)
+
+
+def test_bench_refuses_a_model_it_cannot_predict_with(no_ranks, tmp_path):
+    """``--model FILE`` predicts with the cost model fitted on this machine: a topology
+    without one was the plain link model without a word, and one of another machine (8
+    ranks for 4) was an error about a host group that named neither flag nor file."""
+    from ccweave.topology import io as topology_io
+    from ccweave.topology import zoo
+
+    def model(name: str, ranks: int, cost: bool) -> str:
+        data = topology_io.to_dict(zoo.get(f"switch:{ranks}"))
+        if cost:
+            data["cost_model"] = {"message_overhead_us": 30.0, "message_latency_us": 100.0,
+                                  "link_efficiency": 0.8, "host_cores": 2}
+            data.setdefault("groups", {})["host"] = [list(range(ranks))]
+        (tmp_path / name).write_text(json.dumps(data))
+        return str(tmp_path / name)
+
+    plain = model("plain.json", 4, cost=False)
+    assert f"--model {plain}: has no cost model" in refused(*BENCH, "--model", plain)
+    other = model("eight.json", 8, cost=True)
+    assert f"--model {other}: a model of 8 ranks" in refused(*BENCH, "--model", other)
+    code, _, err = cli(*BENCH, "--model", model("four.json", 4, cost=True))
+    assert code == "started", err
 
 
 def test_testbed_refuses_max_rate_zero_instead_of_shaping_at_400(no_ranks):

@@ -54,8 +54,12 @@ def sizes(text: str) -> list[int]:
 
 def measured_sizes(text: str, flag: str = "--sizes") -> list[int]:
     """Sizes to measure: each once (a range whose FACTOR is close to 1 rounds several
-    steps to one byte count; a repeated size would be measured and reported twice)."""
-    found = parse_sizes(text)
+    steps to one byte count; a repeated size would be measured and reported twice). An
+    error names ``flag``: bench takes two lists of sizes."""
+    try:
+        found = parse_sizes(text)
+    except InputError as error:
+        raise InputError(f"{flag}: {error}") from None
     seen: set[int] = set()
     for size in found:
         if size in seen:

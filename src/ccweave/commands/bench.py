@@ -74,6 +74,9 @@ def run(args) -> int:
     kind = _inputs.kind(args.collective)
     collective = Collective(kind, topo.num_ranks, root=args.root,
                             peer=(args.root + 1) % topo.num_ranks)  # sendrecv: to the next
+    if not 0 <= args.root < topo.num_ranks:  # synthesis refuses it, after the calibration
+        raise InputError(f"--root {args.root}: not a rank of {shown(topo.name)} "
+                         f"(0..{topo.num_ranks - 1})")
     sizes = _inputs.measured_sizes(args.sizes)
     _inputs.count(args.reps, "--reps", 1, _inputs.MAX_REPS)
     _inputs.count(args.warmup, "--warmup", 0)
@@ -84,7 +87,7 @@ def run(args) -> int:
     baselines, dropped = _baselines(args.baselines, kind)
     _check_testbed(args.testbed)
     calibrate_sizes = _calibration_sizes(args)
-    fitted = _inputs.topology(args.model) if args.model else None
+    fitted = _model(args.model, topo) if args.model else None
     _check_memory(args, topo, collective, sizes, calibrate_sizes)
     if options:  # a strategy's options are refused now, not after the calibration
         from ccweave.bench.cases import check_options
@@ -93,6 +96,9 @@ def run(args) -> int:
     # outputs refused before the minutes of measuring, not after
     if args.save_model:
         outfile.check(args.save_model, [args.topology, args.model], flag="--save-model")
+    if args.plot is not None and not args.plot.strip():
+        raise InputError(f"--plot {args.plot!r}: give a prefix for the plots' files, e.g. "
+                         "--plot out/allreduce")
     if args.plot:
         for suffix in ("-busbw.png", "-predicted.png"):
             outfile.check(args.plot + suffix, flag="--plot")
@@ -284,6 +290,22 @@ def _max_rate(args) -> float | None:
                              "--testbed none runs on this machine as it is: drop --max-rate")
         return None
     return _inputs.max_rate(args.max_rate)
+
+
+def _model(path: str, topo):
+    """``--model``: a topology file with the cost model fitted on this machine (one
+    without is the plain link model, ``--no-calibrate``; one of another machine's ranks
+    cannot be this one's)."""
+    fitted = _inputs.topology(path)
+    if fitted.cost.is_empty:
+        raise InputError(f"--model {path}: has no cost model; give a file written by "
+                         "ccweave bench --save-model or ccweave profile --calibrate, or "
+                         "predict with the plain link model: --no-calibrate")
+    if fitted.num_ranks != topo.num_ranks:
+        raise InputError(f"--model {path}: a model of {fitted.num_ranks} ranks, but "
+                         f"{shown(topo.name)} has {topo.num_ranks}; give a model calibrated "
+                         "on this machine (ccweave bench --save-model)")
+    return fitted
 
 
 def _calibration_sizes(args) -> str | None:
