@@ -18,8 +18,22 @@ schedule the strategy scored is timed beside it.
    the contiguity stage) against direct, under the zoo's links-only model and under the
    simulator's per-message cost model (``ccweave.topology.cost``) at two settings.
 
+5. (``--after-routing``) Issue 43's figures (``benchmarks/taccl_after_routing.py``): what
+   TACCL's sketches lose after routing, relabelled twins, each heuristic, reduce order and
+   channel policy, the added machines and formats; the pair ceiling; ndv2:10's synthesis.
+6. (``--joint``) The joint routing-and-ordering MILP (``ordering=joint``) on small
+   sketches: its size in binaries, the best heuristic order it starts from, what it finds
+   within its time limit, and the routing model's LP bound; where it pays is the size
+   ``ordering=best`` solves it below (``joint.MAX_BINARIES``).
+7. (``--testbed-alltoall``, root) Alltoall measured on the netns testbed of a two-node
+   machine with a shared NIC: taccl with a relay sketch against direct, gloo's and Open
+   MPI's own alltoall, 64 KB-4 MB, beside the calibrated model's predictions
+   (``benchmarks/taccl_testbed.py``).
+
     nice python benchmarks/taccl.py [--quick] [--skip-80] [--json FILE]
     nice python benchmarks/taccl.py --after-routing [--before DIR] [--skip-80]
+    nice python benchmarks/taccl.py --joint [--json FILE]
+    python benchmarks/taccl.py --testbed-alltoall [--model FILE] [--reps 5] [--json FILE]
 
 Each figure is printed with the 1-minute load average; the peak RSS at the end.
 """
@@ -40,9 +54,13 @@ from ccweave.export.msccl_xml import from_xml, to_xml
 from ccweave.peak_rss import peak_rss_bytes
 from ccweave.simulate import simulate
 from ccweave.synth.registry import strategies_for, synthesize
+from ccweave.synth.taccl import joint as joint_mod
+from ccweave.synth.taccl import logical as logical_mod
 from ccweave.synth.taccl import profile as profile_mod
 from ccweave.synth.taccl import sketch as sketch_mod
 from ccweave.synth.taccl.build import TacclOptions, synthesize_taccl
+from ccweave.synth.taccl.defaults import default_sketches
+from ccweave.synth.taccl.demand import Demand
 from ccweave.topology import zoo
 from ccweave.topology.cost import CostModel
 from ccweave.topology.model import NodeKind
@@ -271,6 +289,124 @@ def _alltoall(model: str, cost) -> list[dict[str, object]]:
     return rows
 
 
+# -------------------------------------------------------------------- joint MILP
+
+
+JOINT_CASES = (("mist", Kind.ALLGATHER, 1), ("ring:6", Kind.ALLGATHER, 2),
+               ("mist", Kind.ALLGATHER, 2), ("mesh:2x3", Kind.ALLGATHER, 2),
+               ("ring:4", Kind.ALLTOALL, 2), ("dgx1", Kind.ALLGATHER, 1),
+               ("mist", Kind.ALLTOALL, 1), ("cedar", Kind.ALLTOALL, 2),
+               ("fully-connected:4", Kind.ALLTOALL, 2), ("fully-connected:6", Kind.ALLGATHER, 2),
+               ("mesh:2x4", Kind.ALLGATHER, 2), ("dgx1", Kind.ALLGATHER, 2))
+"""Zoo machines with their default sketch (1 MB chunks), from a few hundred binaries to a
+few thousand; TACCL's sketches are added below."""
+JOINT_TACCL = ("sk1-ndv2-n1", "sk1-ndv2-n2", "sk3-ndv2-n2")
+
+
+def joint_cases():
+    """(label, topology, kind, chunks, sketch, options) of the joint section."""
+    for name, kind, chunks in JOINT_CASES:
+        topology = zoo.get(name)
+        yield (f"{name} {kind.value} c{chunks}", topology, kind, chunks,
+               default_sketches(topology, kind)[0], {})
+    for stem in JOINT_TACCL:
+        path = FIXTURES / "sketch" / f"{stem}.json"
+        sketch = sketch_mod.load(path)
+        machine = "ndv2" if (sketch.nodes or 1) == 1 else f"ndv2:{sketch.nodes}"
+        yield (f"{stem} allgather", zoo.get(machine), Kind.ALLGATHER, sketch.input_chunkup,
+               sketch, {"profile": str(FIXTURES / "topo" / PROFILES["ndv2"])})
+
+
+def joint() -> list[dict[str, object]]:
+    """``ordering=joint`` on every case, with no size cap and the default time limit."""
+    print(f"\n6. the joint routing-and-ordering MILP (ordering=joint, "
+          f"{joint_mod.TIME_LIMIT_S:.0f} s), 1 MB chunks; times in TACCL's ordering model (us)")
+    print(f"best: solved by ordering=best (at most {joint_mod.MAX_BINARIES} binaries and the "
+          "start above the routing LP bound)")
+    print(f"{'case':<30} {'binaries':>8} {'LP bound':>9} {'start':>8} {'joint':>8} "
+          f"{'gain':>6} {'status':<11} {'gap':>7} {'solve s':>7} {'export':>8} best load")
+    rows = []
+    for label, topology, kind, chunks, sketch, extra in joint_cases():
+        costs = profile_mod.apply(profile_mod.load(extra["profile"], PROFILE_CHUNK), topology) \
+            if extra else topology
+        lg = logical_mod.apply(costs, sketch)
+        binaries = joint_mod.joint_binaries(lg, Demand(Collective(kind, topology.num_ranks,
+                                                                  chunks), lg.symmetry), 10**6)
+        size = PROFILE_CHUNK * Collective(kind, topology.num_ranks, chunks).total_chunks
+        schedule = synthesize_taccl(topology, kind, chunks, TacclOptions(
+            size=size, sketch=sketch, fallback=False, ordering="joint",
+            joint_max_binaries=10**6, **extra))
+        verify(schedule, costs)
+        report = schedule.metadata["taccl"]
+        found = next(r for r in report["routings"] if r["method"] == joint_mod.METHOD)
+        floor = max((r["makespan_bound_us"] for r in report["routings"]
+                     if "makespan_bound_us" in r), default=None)
+        routing_t = min(r["makespan_us"] for r in report["routings"]
+                        if r["method"] != joint_mod.METHOD)
+        row = {"case": label, "binaries": binaries, "lp_bound_us": floor,
+               "routing_T_us": routing_t,
+               "start_us": found["warm_makespan_us"], "joint_us": found["makespan_us"],
+               "gain": found["warm_makespan_us"] / found["makespan_us"] - 1,
+               "status": found["status"], "gap": found["gap"], "solve_s": found["seconds"],
+               "export_us": exported_time(schedule, costs, size) * 1e6, "load": load(),
+               "best_solves": binaries <= joint_mod.MAX_BINARIES and (
+                   floor is None or found["warm_makespan_us"] > floor * 1.001)}
+        rows.append(row)
+        print(f"{label:<30} {binaries:>8} {_num(floor)} {row['start_us']:>8.1f} "
+              f"{row['joint_us']:>8.1f} {100 * row['gain']:>5.1f}% {row['status']:<11} "
+              f"{100 * row['gap']:>6.2f}% {row['solve_s']:>7.1f} {row['export_us']:>8.1f} "
+              f"{'yes' if row['best_solves'] else 'no':>4} {load():.2f}", flush=True)
+    return rows
+
+
+def joint_checks(rows) -> list[tuple[str, bool]]:
+    """sk1-ndv2-n1 reaches its routing makespan; the joint order is never slower in the
+    model than the order it started from."""
+    target = next(r for r in rows if r["case"].startswith("sk1-ndv2-n1"))
+    t = target["routing_T_us"]
+    return [(f"sk1-ndv2-n1: the joint MILP orders {target['joint_us']:.1f} us against "
+             f"{target['start_us']:.1f} from the heuristics (routing makespan {t:.1f}), "
+             f"exported {target['export_us']:.1f} us", target["export_us"] <= t * 1.05),
+            ("the joint order is never slower than the order it starts from (model)",
+             all(r["joint_us"] <= r["start_us"] * (1 + 1e-9) for r in rows))]
+
+
+def testbed_section(args) -> int:
+    """Issue 43's alltoall table: see benchmarks/taccl_testbed.py."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import taccl_testbed
+
+    result, checks = taccl_testbed.run(args.model, args.sizes or taccl_testbed.SIZES,
+                                       args.reps)
+    rss = peak_rss_mib()
+    print(f"\npeak RSS of this process {rss:.0f} MiB (the ranks': above)")
+    print("\ntargets:")
+    for text, ok in checks:
+        print(f"  [{'met' if ok else 'MISSED'}] {text}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({**result, "peak_rss_MiB": rss,
+                       "targets": [{"target": t, "met": ok} for t, ok in checks]}, handle,
+                      indent=1, default=str)
+    return 0 if all(ok for _, ok in checks) else 1
+
+
+def joint_section(args) -> int:
+    rows = joint()
+    rss = peak_rss_mib()
+    print(f"\npeak RSS of the whole run {rss:.0f} MiB; load average now {load():.2f}")
+    checks = joint_checks(rows)
+    print("\ntargets:")
+    for text, ok in checks:
+        print(f"  [{'met' if ok else 'MISSED'}] {text}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"joint": rows, "peak_rss_MiB": rss,
+                       "targets": [{"target": t, "met": ok} for t, ok in checks]}, handle,
+                      indent=1, default=str)
+    return 0 if all(ok for _, ok in checks) else 1
+
+
 # -------------------------------------------------------------------------- targets
 
 
@@ -401,7 +537,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", metavar="DIR",
                         help="with --after-routing: a checkout of ccweave before issue 43, whose "
                              "exports are timed beside (a subprocess)")
+    parser.add_argument("--joint", action="store_true",
+                        help="the joint routing-and-ordering MILP section only")
+    parser.add_argument("--testbed-alltoall", action="store_true",
+                        help="(root) alltoall on the shared-NIC testbed: a relay sketch against "
+                             "direct, gloo and Open MPI, with the calibrated predictions")
+    parser.add_argument("--model", metavar="FILE",
+                        help="with --testbed-alltoall: the calibrated machine to predict with "
+                             "(written there by the first run when absent)")
+    parser.add_argument("--sizes", help="with --testbed-alltoall: sizes (default 64KB-4MB)")
+    parser.add_argument("--reps", type=int, default=5,
+                        help="with --testbed-alltoall: alternated rounds (default 5)")
     args = parser.parse_args(argv)
+    if args.testbed_alltoall:
+        return testbed_section(args)
+    if args.joint:
+        return joint_section(args)
     if args.after_routing:
         return after_routing(args)
     sketch_rows = [] if args.quick else taccl_sketches()

@@ -161,7 +161,8 @@ def sketches(before: str | None) -> list[dict[str, object]]:
         ours = exported_us(schedule, topology, size)
         report = schedule.metadata["taccl"]
         routing = report["routing"]
-        t_routing = min(r["makespan_us"] for r in report["routings"])
+        t_routing = min(r["makespan_us"] for r in report["routings"]  # the routing model's
+                        if r["method"] != "joint")  # (the joint MILP's is an order's)
         twin_path = Path(f"/tmp/ccweave-twin-{c['path'].stem}.json")
         twin_path.write_text(json.dumps(relabelled(c["data"], local)))
         twin, _ = synth(c, kind, str(twin_path))
@@ -175,6 +176,13 @@ def sketches(before: str | None) -> list[dict[str, object]]:
                "per_T": ours / t_routing, "per_order_bound": ours / routing["order_bound_us"],
                "before_us": old.get(key), "twin_us": twin_us,
                "twin_diff": abs(twin_us - ours) / ours, "kept": routing["kept"],
+               "twin_kept": twin.metadata["taccl"]["routing"]["kept"],
+               "twin_heuristic": twin.metadata["taccl"]["ordering"]["heuristic"],
+               "routings": [{k: r.get(k) for k in ("method", "makespan_us", "lowered_us",
+                                                    "note")} for r in report["routings"]],
+               "twin_routings": [{k: r.get(k) for k in ("method", "makespan_us",
+                                                         "lowered_us", "note")}
+                                 for r in twin.metadata["taccl"]["routings"]],
                "heuristic": report["ordering"]["heuristic"], "synth_s": seconds,
                "load": load(), "schedule": schedule, "case": c, "kind": kind}
         rows.append(row)
