@@ -135,7 +135,7 @@ def test_back_to_back_reductions_with_different_counts_are_kept_apart():
     builder.reduce(0, 0, (S, 0), (O, 0), 1)
     program = fuse(lower(builder.build("x")))
     layout = assign(program)
-    steps = infer(program, layout)[0][0]
+    steps = [s for tb in infer(program, layout)[0] for s in tb]  # every threadblock
     codes = [(program.instrs[s.instr].code, s.hasdep) for s in steps if s.instr is not None]
     assert ("re", True) in codes
 

@@ -86,6 +86,19 @@ def fuse(program: Program) -> Program:
     return program
 
 
+def forwards(schedule: Schedule, order: list[int]) -> dict[int, int]:
+    """Remote transfer -> the remote transfer whose whole written range it sends on (the
+    pairs :func:`fuse` may make one step)."""
+    history = slot_history(schedule, order)
+    found = {}
+    for out in order:
+        if not schedule.transfers[out].is_local:
+            t_in = _forwarded(history, schedule.transfers, out)
+            if t_in is not None:
+                found[out] = t_in
+    return found
+
+
 def _forwarded(history: SlotHistory, transfers: tuple[Transfer, ...], out: int) -> int | None:
     """The remote transfer whose whole written range ``out`` sends on, if one is."""
     t_out = transfers[out]

@@ -18,12 +18,9 @@ from ccweave import outfile
 from ccweave.collectives import Kind
 from ccweave.errors import InputError, printable
 from ccweave.export import msccl_spec as spec
-from ccweave.export.dependencies import infer
+from ccweave.export import passes
 from ccweave.export.emit import emit_tree, serialize
-from ccweave.export.fusion import fuse
-from ccweave.export.lowering import lower, split_counts
 from ccweave.export.problems import summary
-from ccweave.export.threadblocks import assign
 from ccweave.export.xml_check import analyze, check_xml
 from ccweave.export.xml_import import from_analysis, from_xml, read
 from ccweave.export.xml_lexer import lex_check
@@ -99,10 +96,9 @@ def _tree(schedule: Schedule, proto: str, instances: int, runtime: spec.Runtime 
     if coll is None and runtime is spec.Runtime.AZURE:
         raise InputError(f"the Azure MSCCL executor has no {kind.value} collective; export "
                          "with runtime msccl (coll=\"custom\")")
-    sched = split_counts(replicate(schedule, instances) if instances > 1 else schedule)
-    program = fuse(lower(sched))
-    layout = assign(program)
-    steps = infer(program, layout)
+    lowered = passes.run(replicate(schedule, instances) if instances > 1 else schedule)
+    sched, program, layout, steps = (lowered.schedule, lowered.program, lowered.layout,
+                                     lowered.steps)
     header = _header(sched, proto, runtime, coll, min_bytes, max_bytes, name)
     return emit_tree(program, layout, steps, header, _chunks(sched, coll is None)), header
 

@@ -8,8 +8,10 @@ no deadlock. A fused step that cannot be placed (its send waits on its own recei
 threadblock would need two send peers) is split again.
 
 Per rank and channel: one threadblock per fused (recv peer, send peer) pair, one per
-other peer and direction (past MSCCL's threadblock limit: peers paired up), and one for
-local copies and reductions.
+other peer and direction (past MSCCL's threadblock limit: peers paired up). A fused pair
+is kept where its threadblock keeps pace with the schedule. Local copies and reductions
+go on threadblocks of their own, in chains that each wait on the one before, so local
+steps the schedule runs at once run at once.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from ccweave.export import msccl_spec as spec
+from ccweave.export.lanes import Reach
 from ccweave.export.lowering import Program, transfer_order
 
 
@@ -42,12 +45,16 @@ class Layout:
     key: dict[int, int]
 
 
-def assign(program: Program) -> Layout:
-    """Pair peers, order the steps (undoing fusions that would deadlock), lay out."""
-    position = {t: p for p, t in enumerate(transfer_order(program.schedule.transfers))}
-    _keep_pairs(program)
+def assign(program: Program, reach: Reach | None = None) -> Layout:
+    """Pair peers, order the steps (undoing fusions that would deadlock), lay out.
+    ``reach``: the schedule's dependency paths (made here if not given)."""
+    order = transfer_order(program.schedule.transfers)
+    if reach is None:
+        reach = Reach(program.schedule.transfers, order)
+    position = {t: p for p, t in enumerate(order)}
+    _keep_pairs(program, reach, position)
     order = _schedule(program, position)
-    return _layout(program, {i: k for k, i in enumerate(order)})
+    return _layout(program, {i: k for k, i in enumerate(order)}, reach)
 
 
 def _primary(program: Program, index: int) -> int:
@@ -62,9 +69,38 @@ def _fused(program: Program) -> list[int]:
     return [i for i in program.live() if program.instrs[i].parts is not None]
 
 
-def _keep_pairs(program: Program) -> None:
+def _parts(program: Program, index: int) -> tuple[int, int]:
+    """The first and the last transfer an instruction carries (a fused one: what it
+    receives, then what it sends)."""
+    instr = program.instrs[index]
+    carried = [t for t in (instr.recv, instr.local, instr.send) if t is not None]
+    return carried[0], carried[-1]
+
+
+def keeps_pace(program: Program, members: list[int], reach: Reach) -> bool:
+    """A threadblock running ``members`` one after another delays none of them past its
+    estimated time (:class:`.lanes.Reach`): a receive ends when its transfer arrives, a
+    send takes its count from when both it and the step before may start."""
+    clock = 0
+    for i in members:
+        instr = program.instrs[i]
+        for transfer in (instr.recv, instr.local):
+            if transfer is not None:
+                if clock > reach.finish[transfer]:
+                    return False
+                clock = reach.finish[transfer]
+        if instr.send is not None:
+            clock = max(clock, reach.start[instr.send]) + instr.count
+            if clock > reach.finish[instr.send]:
+                return False
+    return True
+
+
+def _keep_pairs(program: Program, reach: Reach, position: dict[int, int]) -> None:
     """A threadblock has one recv and one send peer: per rank and channel, keep the
-    (recv, send) pairs with the most fused steps, each peer used once."""
+    (recv, send) pairs with the most fused steps, each peer used once, where the
+    threadblock they make (with the other steps from the recv peer and to the send peer)
+    keeps pace with the schedule (:func:`keeps_pace`); undo the others."""
     groups: dict[tuple[int, int], Counter] = defaultdict(Counter)
     for i in _fused(program):
         f = program.instrs[i]
@@ -78,6 +114,20 @@ def _keep_pairs(program: Program) -> None:
                 recvs.add(a)
                 sends.add(c)
                 accepted.add((rank, channel, a, c))
+    members: dict[tuple[int, int, int, int], list[int]] = defaultdict(list)
+    by_recv = {(rank, channel, a): (rank, channel, a, c) for rank, channel, a, c in accepted}
+    by_send = {(rank, channel, c): (rank, channel, a, c) for rank, channel, a, c in accepted}
+    for i in program.live():
+        f = program.instrs[i]
+        group = by_recv.get((f.rank, f.channel, f.recv_peer)) or \
+            by_send.get((f.rank, f.channel, f.send_peer))
+        if group is not None:
+            members[group].append(i)
+    for group, items in members.items():
+        items.sort(key=lambda i: (reach.level[_parts(program, i)[0]],
+                                  program.instrs[i].code != "s", position[_parts(program, i)[0]]))
+        if not keeps_pace(program, items, reach):
+            accepted.discard(group)
     for i in _fused(program):
         f = program.instrs[i]
         if (f.rank, f.channel, f.recv_peer, f.send_peer) not in accepted:
@@ -168,14 +218,14 @@ def _schedule(program: Program, position: dict[int, int]) -> list[int]:
     return order
 
 
-def _layout(program: Program, key: dict[int, int]) -> Layout:
+def _layout(program: Program, key: dict[int, int], reach: Reach) -> Layout:
     per_rank: dict[int, list[int]] = defaultdict(list)
     for i in program.live():
         per_rank[program.instrs[i].rank].append(i)
     tbs: list[tuple[Threadblock, ...]] = []
     place: dict[int, tuple[int, int, int]] = {}
     for rank in range(program.schedule.num_ranks):
-        blocks = _rank_blocks(program, per_rank.get(rank, []), key)
+        blocks = _rank_blocks(program, per_rank.get(rank, []), key, reach)
         tbs.append(blocks)
         for tb_id, tb in enumerate(blocks):
             for step, i in enumerate(tb.instrs):
@@ -183,16 +233,50 @@ def _layout(program: Program, key: dict[int, int]) -> Layout:
     return Layout(tuple(tbs), place, key)
 
 
-def _rank_blocks(program: Program, instrs: list[int],
-                 key: dict[int, int]) -> tuple[Threadblock, ...]:
-    """Threadblocks of one rank, sorted by (send, recv, channel) like msccl-tools. A
-    peer gets threadblocks of its own (steps of different peers in one threadblock
-    would wait on each other); only past MSCCL's threadblock limit are send and receive
-    peers paired up."""
-    blocks = _blocks(program, instrs, key, merge=False)
+def _rank_blocks(program: Program, instrs: list[int], key: dict[int, int],
+                 reach: Reach) -> tuple[Threadblock, ...]:
+    """Threadblocks of one rank: those with peers sorted by (send, recv, channel) like
+    msccl-tools, then the local ones; threadblocks another waits on first (a wait names
+    threadblocks 0..127 only). A peer gets threadblocks of its own (steps of different
+    peers in one threadblock would wait on each other); only past MSCCL's threadblock
+    limit are send and receive peers paired up."""
+    local = sorted((i for i in instrs if program.instrs[i].send_peer < 0
+                    and program.instrs[i].recv_peer < 0), key=key.__getitem__)
+    remote = [i for i in instrs if program.instrs[i].send_peer >= 0
+              or program.instrs[i].recv_peer >= 0]
+    blocks = _blocks(program, remote, key, merge=False)
     if len(blocks) > spec.MAX_THREADBLOCKS:
-        blocks = _blocks(program, instrs, key, merge=True)
-    return tuple(sorted(blocks, key=lambda tb: (tb.send, tb.recv, tb.chan)))
+        blocks = _blocks(program, remote, key, merge=True)
+    blocks.sort(key=lambda tb: (tb.send, tb.recv, tb.chan))
+    room = max(1, min(spec.MAX_DEPID + 1, spec.MAX_THREADBLOCKS) - len(blocks))
+    blocks += _local_blocks(program, local, reach, room)
+    where = {i: k for k, tb in enumerate(blocks) for i in tb.instrs}
+    awaited = {where[a] for k, tb in enumerate(blocks) for i in tb.instrs
+               for a in program.waits(i) if where.get(a, k) != k}
+    return tuple(blocks[k] for k in sorted(range(len(blocks)), key=lambda k: k not in awaited))
+
+
+def _local_blocks(program: Program, local: list[int], reach: Reach,
+                  room: int) -> list[Threadblock]:
+    """Local copies and reductions (in step order) on threadblocks of their own: each
+    joins one whose last step it waits on in the schedule (the latest such), so local
+    steps the schedule runs at once run at once; past ``room`` threadblocks, it joins the
+    one whose last step is earliest in dependency order."""
+    chains: list[list[int]] = []
+    for i in local:
+        first = _parts(program, i)[0]
+
+        def last(chain: list[int]) -> int:
+            return _parts(program, chain[-1])[1]
+
+        fitting = [c for c in chains if reach.precedes(last(c), first)]
+        if fitting:
+            max(fitting, key=lambda c: reach.level[last(c)]).append(i)
+        elif len(chains) >= room:
+            min(chains, key=lambda c: reach.level[last(c)]).append(i)
+        else:
+            chains.append([i])
+    return [Threadblock(-1, -1, program.instrs[c[0]].channel, tuple(c)) for c in chains]
 
 
 def _blocks(program: Program, instrs: list[int], key: dict[int, int],
