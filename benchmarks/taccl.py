@@ -24,7 +24,7 @@ schedule the strategy scored is timed beside it.
 6. (``--joint``) The joint routing-and-ordering MILP (``ordering=joint``) on small
    sketches: its size in binaries, the best heuristic order it starts from, what it finds
    within its time limit, and the routing model's LP bound; where it pays is the size
-   ``ordering=best`` solves it below (``joint.MAX_BINARIES``).
+   ``ordering=best`` solves it below (``ordering_joint.MAX_BINARIES``).
 7. (``--testbed-alltoall``, root) Alltoall measured on the netns testbed of a two-node
    machine with a shared NIC: taccl with a relay sketch against direct, gloo's and Open
    MPI's own alltoall, 64 KB-4 MB, beside the calibrated model's predictions
@@ -54,13 +54,13 @@ from ccweave.export.msccl_xml import from_xml, to_xml
 from ccweave.peak_rss import peak_rss_bytes
 from ccweave.simulate import simulate
 from ccweave.synth.registry import strategies_for, synthesize
-from ccweave.synth.taccl import joint as joint_mod
 from ccweave.synth.taccl import logical as logical_mod
+from ccweave.synth.taccl import ordering_joint as joint_mod
 from ccweave.synth.taccl import profile as profile_mod
 from ccweave.synth.taccl import sketch as sketch_mod
 from ccweave.synth.taccl.build import TacclOptions, synthesize_taccl
-from ccweave.synth.taccl.defaults import default_sketches
 from ccweave.synth.taccl.demand import Demand
+from ccweave.synth.taccl.sketch_defaults import default_sketches
 from ccweave.topology import zoo
 from ccweave.topology.cost import CostModel
 from ccweave.topology.model import NodeKind

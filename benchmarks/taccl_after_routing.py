@@ -4,7 +4,7 @@ and the machines and formats added.
 
 For each of TACCL's sketches (its 1 MB profiles, 1 MB chunks): TACCL's routing makespan
 (the least over the routings tried: the MILP's, in TACCL's model), the order bound of the
-routes kept (no order of them is faster: ``ccweave.synth.taccl.order_bound``), stage 2's
+routes kept (no order of them is faster: ``ccweave.synth.taccl.ordering_bound``), stage 2's
 makespan, the exported MSCCL XML's simulated time and its ratios to both; the same
 sketch relabelled by an automorphism of its machine; with ``--before DIR`` (a checkout
 of ccweave before issue 43) the export of the code there, run in a subprocess. Then each
@@ -31,9 +31,9 @@ from ccweave.simulate import simulate
 from ccweave.synth.taccl import logical, profile, sketch
 from ccweave.synth.taccl.build import ReduceOrder, TacclOptions, synthesize_taccl
 from ccweave.synth.taccl.demand import Demand
-from ccweave.synth.taccl.milp import SolverSettings
 from ccweave.synth.taccl.ordering import Heuristic
 from ccweave.synth.taccl.routing import RoutingMethod, route
+from ccweave.synth.taccl.solver import SolverSettings
 from ccweave.topology import io, zoo
 from ccweave.verify import verify
 

@@ -17,13 +17,13 @@ from ccweave.simulate import simulate
 from ccweave.synth.taccl import logical, profile, sketch
 from ccweave.synth.taccl.build import TacclOptions, synthesize_taccl
 from ccweave.synth.taccl.contiguity import singletons
-from ccweave.synth.taccl.defaults import default_sketch
 from ccweave.synth.taccl.demand import Demand
-from ccweave.synth.taccl.lower import lower
-from ccweave.synth.taccl.milp import SolverSettings
-from ccweave.synth.taccl.order_bound import order_bound
+from ccweave.synth.taccl.lowering import lower
 from ccweave.synth.taccl.ordering import Heuristic, order
+from ccweave.synth.taccl.ordering_bound import order_bound
 from ccweave.synth.taccl.routing import RoutingMethod, route
+from ccweave.synth.taccl.sketch_defaults import default_sketch
+from ccweave.synth.taccl.solver import SolverSettings
 from ccweave.topology import zoo
 from ccweave.topology.model import Link, NodeKind, Topology
 from ccweave.verify import verify

@@ -10,9 +10,9 @@ import pytest
 from ccweave.collectives import Collective, Kind
 from ccweave.synth.taccl import logical, sketch
 from ccweave.synth.taccl.demand import Demand
-from ccweave.synth.taccl.milp import SolverSettings
 from ccweave.synth.taccl.routing import RoutingMethod, route
 from ccweave.synth.taccl.sketch import Balance, Intranode
+from ccweave.synth.taccl.solver import SolverSettings
 from ccweave.topology import zoo
 
 

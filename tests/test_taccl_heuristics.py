@@ -12,11 +12,11 @@ import ccweave.synth.taccl  # noqa: F401  (registers the strategy)
 from ccweave.collectives import Collective, Kind
 from ccweave.synth.taccl import logical
 from ccweave.synth.taccl.build import ReduceOrder, TacclOptions, synthesize_taccl
-from ccweave.synth.taccl.defaults import default_sketch
 from ccweave.synth.taccl.demand import Demand
-from ccweave.synth.taccl.milp import SolverSettings
 from ccweave.synth.taccl.ordering import Heuristic, order
 from ccweave.synth.taccl.routing import RoutingMethod, route
+from ccweave.synth.taccl.sketch_defaults import default_sketch
+from ccweave.synth.taccl.solver import SolverSettings
 from ccweave.topology import zoo
 from ccweave.verify import verify
 from tests.test_taccl_after_routing import QUICK

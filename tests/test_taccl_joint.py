@@ -10,13 +10,13 @@ import ccweave.synth.taccl  # noqa: F401  (registers the strategy)
 from ccweave.collectives import Collective, Kind
 from ccweave.errors import InputError
 from ccweave.simulate import simulate
-from ccweave.synth.taccl import joint, logical
+from ccweave.synth.taccl import logical, ordering_joint
 from ccweave.synth.taccl.build import TacclOptions, synthesize_taccl
-from ccweave.synth.taccl.defaults import default_sketch
 from ccweave.synth.taccl.demand import Demand
-from ccweave.synth.taccl.milp import SolverSettings
 from ccweave.synth.taccl.ordering import Heuristic, order
 from ccweave.synth.taccl.routing import RoutingMethod, route
+from ccweave.synth.taccl.sketch_defaults import default_sketch
+from ccweave.synth.taccl.solver import SolverSettings
 from ccweave.topology import zoo
 from ccweave.topology.model import Link, Topology
 from ccweave.verify import verify
@@ -47,9 +47,9 @@ def test_best_keeps_the_joint_routes_where_the_heuristics_order_slower():
         size=size, joint_max_binaries=1, **FAST))
     verify(best, topology)
     report = best.metadata["taccl"]
-    assert report["routing"]["kept"] == joint.METHOD
+    assert report["routing"]["kept"] == ordering_joint.METHOD
     assert report["ordering"]["heuristic"] == Heuristic.SOLVER_TIMES.value
-    assert all(r["method"] != joint.METHOD for r in without.metadata["taccl"]["routings"])
+    assert all(r["method"] != ordering_joint.METHOD for r in without.metadata["taccl"]["routings"])
     ours = simulate(best, topology, size).time_s
     assert ours < 0.85 * simulate(without, topology, size).time_s
     assert ours <= 85.1e-6
@@ -71,9 +71,9 @@ def test_joint_routes_reach_everyone_and_their_times_order_them_no_slower(topolo
     """Never slower than the order it starts from; every rank gets every chunk once; and
     its send times, list-scheduled again (solver-times), give its makespan or less."""
     lg, demand, start = _ordered(topology, 1)
-    found = joint.route_and_order(lg, demand, CHUNK, start,
-                                  settings=SolverSettings(time_limit_s=2.0))
-    assert found.method == joint.METHOD
+    found = ordering_joint.route_and_order(lg, demand, CHUNK, start,
+                                           settings=SolverSettings(time_limit_s=2.0))
+    assert found.method == ordering_joint.METHOD
     assert found.makespan_s <= start.makespan_s * (1 + 1e-9)
     for chunk, hops in zip(demand.chunks, found.hops):
         reached = [lg.edges[e].dst for e, _ in hops]
@@ -88,10 +88,10 @@ def test_joint_routes_reach_everyone_and_their_times_order_them_no_slower(topolo
 def test_best_does_not_solve_it_where_the_order_meets_the_lp_bound_or_it_is_too_large():
     ring = zoo.get("ring:4")  # with two chunks a rank the first order meets the LP bound
     schedule = synthesize_taccl(ring, Kind.ALLGATHER, 2, TacclOptions(size=8 * CHUNK, **FAST))
-    assert all(r["method"] != joint.METHOD for r in schedule.metadata["taccl"]["routings"])
+    assert all(r["method"] != ordering_joint.METHOD for r in schedule.metadata["taccl"]["routings"])
     lg, demand, _ = _ordered(six_ranks(), 1)
-    assert joint.joint_binaries(lg, demand) == 240
-    assert joint.joint_binaries(lg, demand, most=239) is None
+    assert ordering_joint.joint_binaries(lg, demand) == 240
+    assert ordering_joint.joint_binaries(lg, demand, most=239) is None
 
 
 def test_ordering_joint_over_the_cap_is_one_line_naming_the_option():

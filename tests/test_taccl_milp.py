@@ -11,8 +11,8 @@ from ccweave.collectives import Collective, Kind
 from ccweave.synth.taccl import logical, sketch
 from ccweave.synth.taccl.build import TacclOptions, synthesize_taccl
 from ccweave.synth.taccl.demand import Demand
-from ccweave.synth.taccl.milp import Model, SolverSettings
 from ccweave.synth.taccl.routing import RoutingMethod, route
+from ccweave.synth.taccl.solver import Model, SolverSettings
 from ccweave.topology.model import Link, NodeKind, Topology
 from ccweave.verify import verify
 from tests.test_taccl_stages import toy_sketch, two_node_toy

@@ -9,8 +9,8 @@ import pytest
 from ccweave.collectives import Kind
 from ccweave.errors import InputError
 from ccweave.synth.taccl import logical, sketch
-from ccweave.synth.taccl.defaults import default_sketches
 from ccweave.synth.taccl.sketch import Connections, Hyperedge, Intranode
+from ccweave.synth.taccl.sketch_defaults import default_sketches
 from ccweave.topology import zoo
 from tests.test_taccl_stages import two_node_toy
 

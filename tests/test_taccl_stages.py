@@ -21,11 +21,11 @@ from ccweave.synth.taccl.contiguity import (
     singletons,
 )
 from ccweave.synth.taccl.demand import Demand
-from ccweave.synth.taccl.lower import lower, shared_ports
-from ccweave.synth.taccl.milp import Model, SolverSettings
+from ccweave.synth.taccl.lowering import lower, shared_ports
 from ccweave.synth.taccl.ordering import Heuristic, order, sends_of
-from ccweave.synth.taccl.paths import PathFinder
 from ccweave.synth.taccl.routing import RoutingMethod, route
+from ccweave.synth.taccl.routing_paths import PathFinder
+from ccweave.synth.taccl.solver import Model, SolverSettings
 from ccweave.topology import zoo
 from ccweave.topology.model import Link, NodeKind, Topology
 from ccweave.verify import verify
@@ -348,7 +348,7 @@ def test_a_measured_per_message_latency_is_taccls_alpha_and_merges_the_relay():
     from pathlib import Path
 
     from ccweave.synth.taccl.build import TacclOptions, synthesize_taccl
-    from ccweave.synth.taccl.defaults import default_sketch
+    from ccweave.synth.taccl.sketch_defaults import default_sketch
     from ccweave.topology import io
     from ccweave.topology.cost import CostModel
 

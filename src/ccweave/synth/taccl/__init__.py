@@ -1,11 +1,16 @@
 """TACCL on open-source solvers: synthesis from a profiled topology and a communication
 sketch (arXiv 2111.04867), registered as the ``taccl`` strategy.
 
-Stages, one module each: :mod:`.sketch` (the file), :mod:`.logical` (the sketch applied
-to a topology), :mod:`.demand` (what must move), :mod:`.paths` (candidates),
-:mod:`.routing` (stage 1, MILP), :mod:`.ordering` (stage 2, greedy),
-:mod:`.contiguity` (stage 3, MILP), :mod:`.lower` (the Schedule), :mod:`.build`
-(the pipeline and the strategy). See docs/taccl.md.
+Modules are named by TACCL's stage, so the folder lists as the pipeline: the sketch
+(:mod:`.sketch` reads a file, :mod:`.sketch_model` and :mod:`.sketch_taccl` its two
+spellings, :mod:`.sketch_defaults` those read off a topology, :mod:`.profile` TACCL's link
+costs, :mod:`.logical` the sketch applied to a topology, :mod:`.demand` what must move);
+routing, stage 1 (:mod:`.routing` the front door, :mod:`.routing_trees`,
+:mod:`.routing_milp`, :mod:`.routing_search`, :mod:`.routing_paths`,
+:mod:`.routing_result`); ordering, stage 2 (:mod:`.ordering`, :mod:`.ordering_bound`,
+:mod:`.ordering_joint`); :mod:`.contiguity`, stage 3; :mod:`.lowering` (the Schedule) and
+:mod:`.reduction` (reduce-scatter and allreduce); :mod:`.build` drives them and
+:mod:`.solver` is the HiGHS model every MILP uses. See docs/taccl.md.
 """
 
 from ccweave.synth.taccl.build import TacclOptions, build_taccl, synthesize_taccl

@@ -23,8 +23,8 @@ from ccweave.errors import CCWeaveError, InputError, NotApplicableError
 from ccweave.schedule import Schedule, ScheduleBuilder
 from ccweave.synth.layout import chunks_for
 from ccweave.synth.registry import register, strategies_for, synthesize
-from ccweave.synth.taccl import joint as joint_mod
 from ccweave.synth.taccl import logical as logical_mod
+from ccweave.synth.taccl import ordering_joint as joint_mod
 from ccweave.synth.taccl import profile as profile_mod
 from ccweave.synth.taccl import sketch as sketch_mod
 from ccweave.synth.taccl.contiguity import (
@@ -36,10 +36,9 @@ from ccweave.synth.taccl.contiguity import (
     contiguity,
     singletons,
 )
-from ccweave.synth.taccl.defaults import VARIANTS, default_sketch, default_sketches, named_sketch
 from ccweave.synth.taccl.demand import Demand
 from ccweave.synth.taccl.logical import LogicalTopology
-from ccweave.synth.taccl.lower import (
+from ccweave.synth.taccl.lowering import (
     ChannelPolicy,
     Lowered,
     lower,
@@ -47,14 +46,20 @@ from ccweave.synth.taccl.lower import (
     shared_across_ranks,
     shared_ports,
 )
-from ccweave.synth.taccl.milp import SolverSettings
-from ccweave.synth.taccl.order_bound import order_bound
 from ccweave.synth.taccl.ordering import Heuristic, Ordering, heuristics_for, order
+from ccweave.synth.taccl.ordering_bound import order_bound
 from ccweave.synth.taccl.progress import Progress
 from ccweave.synth.taccl.reduction import reduce_scatter_from, reverse_order
-from ccweave.synth.taccl.routes import Routing
 from ccweave.synth.taccl.routing import RoutingMethod, route
+from ccweave.synth.taccl.routing_result import Routing
+from ccweave.synth.taccl.sketch_defaults import (
+    VARIANTS,
+    default_sketch,
+    default_sketches,
+    named_sketch,
+)
 from ccweave.synth.taccl.sketch_model import Sketch
+from ccweave.synth.taccl.solver import SolverSettings
 from ccweave.topology.model import Topology
 from ccweave.units import parse_size
 
@@ -76,7 +81,7 @@ also serve reduce-scatter and allreduce): pipelining deeper pays at large sizes,
 fewer transfers at small ones; the simulator decides."""
 PORT_ORDERS = ("internode", "none", "all")
 """Which sends through a rank's shared port wait for each other, tried in turn (see
-:func:`~ccweave.synth.taccl.lower.shared_ports`): NIC sends one at a time pipeline a
+:func:`~ccweave.synth.taccl.lowering.shared_ports`): NIC sends one at a time pipeline a
 relay's chunks; all at once overlap their latencies (alltoall)."""
 ORDER_RESERVE = 4.0
 """A further ordering is made only while the time left is this many times the slowest
@@ -100,7 +105,7 @@ BEST = "best"
 """Option value: try every choice and keep the schedule that simulates fastest."""
 JOINT = "joint"
 """``ordering`` value: routes and order from the joint MILP alone
-(:mod:`~ccweave.synth.taccl.joint`), warm-started by the best heuristic order."""
+(:mod:`~ccweave.synth.taccl.ordering_joint`), warm-started by the best heuristic order."""
 JOINT_SHARE = 0.5
 """Most part of a candidate's time left that the joint MILP may use."""
 SAME = 1e-9
@@ -147,7 +152,7 @@ class TacclOptions:
         it has at most ``joint_max_binaries`` binaries; the fastest kept), ``joint`` (the
         joint MILP's routes and order alone) or one heuristic's name.
     joint_time_limit: at most this many seconds for the joint routing-and-ordering MILP
-        (:mod:`~ccweave.synth.taccl.joint`).
+        (:mod:`~ccweave.synth.taccl.ordering_joint`).
     joint_max_binaries: the joint MILP is solved only for sketches whose model has at most
         this many binaries (sends and pairs of sends that share a link).
     contiguity_time_limit: at most this many seconds for the contiguity stage of a
@@ -158,14 +163,14 @@ class TacclOptions:
         trees per root.
     contiguity: run stage 3 (merges on high-alpha links); off: stage-2 times stand.
     route_search: improve the tree selection's routes by a local search scored by stage 2
-        (:mod:`~ccweave.synth.taccl.route_search`), within part of the routing time.
+        (:mod:`~ccweave.synth.taccl.routing_search`), within part of the routing time.
     merge_alpha_ratio: edges whose alpha is at least this fraction of a chunk's
         streaming time are high-alpha.
     max_merges, contiguity_max_sends: caps on the contiguity MILP's merge decisions and
         sends; beyond the latter a batching heuristic merges instead.
     reduce_order: ``best``, ``reversed-times``, ``reverse-heuristic`` or ``reverse-branch``
         (:class:`ReduceOrder`), for reduce-scatter and allreduce.
-    channels: ``alternate`` or ``one`` (:class:`~ccweave.synth.taccl.lower.ChannelPolicy`).
+    channels: ``alternate`` or ``one`` (:class:`~ccweave.synth.taccl.lowering.ChannelPolicy`).
     profile: a TACCL profiled-topology file whose link costs replace the machine's
         (:mod:`~ccweave.synth.taccl.profile`); ``profile_chunk`` is the chunk size its
         betas are for (default 1MB), ``profile_scale`` the factor its figures were
@@ -310,7 +315,7 @@ class _Clock:
 
 def resolve_sketch(topology: Topology, sketch: str | Sketch | None, kind: Kind) -> Sketch:
     """The sketch to use: a file, a :class:`Sketch`, a default sketch by name
-    (:data:`~ccweave.synth.taccl.defaults.VARIANTS`), or the topology's default."""
+    (:data:`~ccweave.synth.taccl.sketch_defaults.VARIANTS`), or the topology's default."""
     direct = Kind.ALLTOALL if kind is Kind.ALLTOALL else Kind.ALLGATHER
     if sketch is None:
         return default_sketch(topology, direct)

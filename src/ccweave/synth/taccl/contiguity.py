@@ -24,9 +24,9 @@ import numpy as np
 
 from ccweave.errors import SolverError
 from ccweave.synth.taccl.logical import LogicalTopology
-from ccweave.synth.taccl.milp import DEFAULT_SETTINGS, Model, SolverSettings
 from ccweave.synth.taccl.ordering import Ordering
 from ccweave.synth.taccl.progress import Progress
+from ccweave.synth.taccl.solver import DEFAULT_SETTINGS, Model, SolverSettings
 
 US_PER_S = 1e6
 MERGE_ALPHA_RATIO = 0.05

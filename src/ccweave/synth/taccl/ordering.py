@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ccweave.synth.taccl.logical import LogicalTopology
-from ccweave.synth.taccl.routes import Routing
+from ccweave.synth.taccl.routing_result import Routing
 
 _EPS = 1e-15
 

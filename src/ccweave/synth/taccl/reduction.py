@@ -25,7 +25,7 @@ from ccweave.collectives import Buffer
 from ccweave.schedule import Op, Schedule, ScheduleBuilder, topological_order
 from ccweave.synth.taccl.logical import LogicalTopology
 from ccweave.synth.taccl.ordering import sends_of
-from ccweave.synth.taccl.routes import Routing
+from ccweave.synth.taccl.routing_result import Routing
 from ccweave.topology.model import Topology
 
 SlotKey = tuple[int, Buffer, int]

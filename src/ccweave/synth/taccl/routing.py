@@ -1,6 +1,6 @@
 """Stage 1, routing: the front door. The tree selection
-(:mod:`~ccweave.synth.taccl.tree_routing`) is the fast option and the warm start of
-TACCL's routing MILP (:mod:`~ccweave.synth.taccl.milp_routing`)."""
+(:mod:`~ccweave.synth.taccl.routing_trees`) is the fast option and the warm start of
+TACCL's routing MILP (:mod:`~ccweave.synth.taccl.routing_milp`)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from dataclasses import replace
 
 from ccweave.synth.taccl.demand import Demand
 from ccweave.synth.taccl.logical import LogicalTopology
-from ccweave.synth.taccl.milp import SolverSettings
-from ccweave.synth.taccl.milp_routing import route_milp
 from ccweave.synth.taccl.progress import Progress
-from ccweave.synth.taccl.routes import Routing
-from ccweave.synth.taccl.tree_routing import route_trees
+from ccweave.synth.taccl.routing_milp import route_milp
+from ccweave.synth.taccl.routing_result import Routing
+from ccweave.synth.taccl.routing_trees import route_trees
+from ccweave.synth.taccl.solver import SolverSettings
 
 TREE_SHARE = 0.25
 """Part of the routing time the tree selection may use when it warm-starts the MILP."""
 SEARCH_SHARE = 0.5
-"""Part of the routing time the route search (:mod:`.route_search`) may use."""
+"""Part of the routing time the route search (:mod:`.routing_search`) may use."""
 
 
 class RoutingMethod(str, enum.Enum):

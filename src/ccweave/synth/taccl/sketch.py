@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ccweave.errors import InputError
 from ccweave.jsonfile import read_json
-from ccweave.synth.taccl import taccl_sketch
+from ccweave.synth.taccl import sketch_taccl
 from ccweave.synth.taccl.sketch_model import (
     MAX_CHUNKUP,
     Balance,
@@ -42,6 +42,6 @@ def from_dict(data: object, source: str = "sketch") -> Sketch:
         raise InputError(f"{source}: a sketch is a JSON object: ccweave's (fields name, "
                          "intranode, internode, symmetry_offsets, input_chunkup, nodes) or "
                          "TACCL's (intranode_sketch, internode_sketch, hyperparameters...)")
-    if taccl_sketch.is_taccl_sketch(data):
-        return taccl_sketch.from_taccl(data, source)
+    if sketch_taccl.is_taccl_sketch(data):
+        return sketch_taccl.from_taccl(data, source)
     return from_ccweave(data, source)

@@ -2,7 +2,7 @@
 treated, which GPUs relay across nodes, the symmetry to keep, and how finely inputs are
 cut (TACCL's concepts, arXiv 2111.04867, section 4), and ccweave's own JSON form of it
 (``docs/sketches.md``). Reading any sketch file is :mod:`ccweave.synth.taccl.sketch`'s;
-TACCL's own spelling is :mod:`ccweave.synth.taccl.taccl_sketch`'s. Every error names
+TACCL's own spelling is :mod:`ccweave.synth.taccl.sketch_taccl`'s. Every error names
 the file and the field.
 """
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ccweave.synth.taccl.logical import LogicalTopology
 from ccweave.synth.taccl.ordering import sends_of
-from ccweave.synth.taccl.routes import Routing
+from ccweave.synth.taccl.routing_result import Routing
 
 
 @dataclass(frozen=True)

@@ -39,11 +39,11 @@ import numpy as np
 from ccweave.errors import SolverError
 from ccweave.synth.taccl.demand import Demand
 from ccweave.synth.taccl.logical import LogicalTopology
-from ccweave.synth.taccl.milp import DEFAULT_SETTINGS, Model, SolverSettings
-from ccweave.synth.taccl.milp_routing import allowed_edges
 from ccweave.synth.taccl.ordering import Ordering
 from ccweave.synth.taccl.progress import Progress
-from ccweave.synth.taccl.routes import Routing, tree_hops
+from ccweave.synth.taccl.routing_milp import allowed_edges
+from ccweave.synth.taccl.routing_result import Routing, tree_hops
+from ccweave.synth.taccl.solver import DEFAULT_SETTINGS, Model, SolverSettings
 
 US_PER_S = 1e6
 METHOD = "joint"

@@ -26,7 +26,7 @@ equalities; substituting them leaves a model the size of one orbit representativ
   each, ``uc-max`` is paid for each), or its link-load objective (TACCL's ``minmax``:
   ``mu`` times the most loaded link's load; ``maxmin``: minus ``mu`` times the least).
 
-The tree selection (:mod:`ccweave.synth.taccl.tree_routing`) is the warm start, so a
+The tree selection (:mod:`ccweave.synth.taccl.routing_trees`) is the warm start, so a
 solve stopped at its time limit is never worse than it by this objective.
 """
 
@@ -42,10 +42,10 @@ import numpy as np
 from ccweave.errors import SolverError
 from ccweave.synth.taccl.demand import Demand
 from ccweave.synth.taccl.logical import LogicalTopology
-from ccweave.synth.taccl.milp import DEFAULT_SETTINGS, Model, SolverSettings
 from ccweave.synth.taccl.progress import Progress
-from ccweave.synth.taccl.routes import Routing, tree_hops
+from ccweave.synth.taccl.routing_result import Routing, tree_hops
 from ccweave.synth.taccl.sketch_model import Balance, Hyperedge
+from ccweave.synth.taccl.solver import DEFAULT_SETTINGS, Model, SolverSettings
 
 US_PER_S = 1e6
 ARRIVAL_WEIGHT = 0.01

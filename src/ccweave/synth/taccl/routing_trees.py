@@ -1,6 +1,6 @@
 """Stage 1, fast routing: a MILP choosing each chunk's route among a few candidate trees
 and paths. It is the ``trees`` routing option and the warm start of TACCL's routing MILP
-(:mod:`ccweave.synth.taccl.milp_routing`).
+(:mod:`ccweave.synth.taccl.routing_milp`).
 
 One representative chunk per symmetry orbit is routed; the rest are its images.
 
@@ -33,12 +33,12 @@ import numpy as np
 from ccweave.errors import SolverError
 from ccweave.synth.taccl.demand import Demand
 from ccweave.synth.taccl.logical import LogicalTopology
-from ccweave.synth.taccl.milp import DEFAULT_SETTINGS, MilpResult, Model, SolverSettings
-from ccweave.synth.taccl.paths import PathFinder
 from ccweave.synth.taccl.progress import Progress
-from ccweave.synth.taccl.route_search import better, hill_climb
-from ccweave.synth.taccl.routes import Hop, Routing, tree_hops
+from ccweave.synth.taccl.routing_paths import PathFinder
+from ccweave.synth.taccl.routing_result import Hop, Routing, tree_hops
+from ccweave.synth.taccl.routing_search import better, hill_climb
 from ccweave.synth.taccl.sketch_model import Hyperedge
+from ccweave.synth.taccl.solver import DEFAULT_SETTINGS, MilpResult, Model, SolverSettings
 
 US_PER_S = 1e6
 HOP_TIE_BREAK = 1e-3
@@ -63,7 +63,7 @@ def route_trees(logical: LogicalTopology, demand: Demand, chunk_bytes: float, *,
     """Choose every chunk's route; see the module docstring for the model. With ``score``
     (hops -> the ordering stage's makespan and tie-break) the selection's answer is
     improved for ``search_s`` seconds by
-    :func:`~ccweave.synth.taccl.route_search.hill_climb`; when that changed the routes,
+    :func:`~ccweave.synth.taccl.routing_search.hill_climb`; when that changed the routes,
     the searched routing (method ``trees+search``) follows the selection's."""
     finder = PathFinder(logical, chunk_bytes, max_paths, max_trees)
     problem = _Problem(logical, demand, finder)
