@@ -5,8 +5,9 @@ chunks runs as it is: no padded copy of a DDP gradient bucket of any size.
 transfer must move as many elements as it lands, so chunks that a transfer links (through
 scratch slots too, on any rank) are one *class* and hold the same number; the chunks
 that take the extra element are whole classes summing to ``E % T``. A schedule that keeps
-each chunk in its own place (every strategy here) has one chunk a class. Every rank
-computes the same sizes from the schedule and ``E`` alone, as it computes the schedule.
+each chunk in its own place has one chunk a class (every strategy but taccl and flow,
+unchecked, on the zoo machines tried). Every rank computes the same sizes from the
+schedule and ``E`` alone, as it computes the schedule.
 """
 
 from __future__ import annotations
