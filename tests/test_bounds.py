@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from ccweave.bounds import (
     Bound,
     allgather_cut,
+    allgather_delivery,
     allreduce_partition,
     alltoall_flow,
     broadcast_flow,
@@ -23,6 +24,7 @@ from ccweave.bounds import (
     lower_bounds,
     reduce_flow,
     reducescatter_cut,
+    reducescatter_delivery,
     scatter_cut,
 )
 from ccweave.collectives import Kind
@@ -421,3 +423,56 @@ def test_sendrecv_bound_is_the_pair_max_flow() -> None:
     assert 2**30 / cedar.bandwidth_s == pytest.approx(50e9 + 2 * 50e9 + 16e9)  # 2 peers, PCIe
     with pytest.raises(InputError, match="other than the sender"):
         lower_bound(zoo.get("mist"), Kind.SENDRECV, 1, root=1, peer=1)
+
+
+def socket(ports: list[float], pcie: float, memory: float) -> Topology:
+    """Ranks on a switch, each with PCIe up into a socket's memory and down out of it,
+    the memory behind one write and one read link (as ``ccweave.topology.host_memory``
+    models a socket)."""
+    links = [lk for r, gbps in enumerate(ports) for lk in duplex(r, "sw", gbps)]
+    for r in range(len(ports)):
+        links += [Link(r, "cpu.write", pcie * GB), Link("cpu.read", r, pcie * GB)]
+    links += [Link("cpu.write", "cpu", memory * GB, 0.0, "memory"),
+              Link("cpu", "cpu.read", memory * GB, 0.0, "memory")]
+    fabric = {"sw": NodeKind.SWITCH, "cpu": NodeKind.CPU, "cpu.write": NodeKind.PCIE,
+              "cpu.read": NodeKind.PCIE}
+    return Topology(f"socket{len(ports)}", len(ports), tuple(links), fabric)
+
+
+def test_delivery_bound_counts_each_rank_s_copy_through_a_shared_memory_link():
+    """Four ranks share 50 GB/s of memory reads beside their 100 GB/s ports: each must
+    receive 3/4 M, all of it over 4 x 100 + 50 GB/s, where the cut bound lets every rank
+    draw its 32 GB/s of PCIe at once (a byte copied behind the cut)."""
+    topology = socket([100] * 4, pcie=32, memory=50)
+    cut = allgather_cut(topology)[0] * M
+    assert cut == pytest.approx(0.75 * M / (132 * GB), rel=REL)
+    bound = lower_bound(topology, "allgather", M)
+    assert bound.bandwidth_s == pytest.approx(4 * 0.75 * M / (450 * GB), rel=REL)
+    assert bound.method.startswith("delivery") and bound.bandwidth_s > cut
+    rs = lower_bound(topology, "reducescatter", M)
+    assert rs.bandwidth_s == pytest.approx(bound.bandwidth_s, rel=REL)
+    per_byte, _ = allgather_delivery(topology)
+    assert per_byte == pytest.approx(4 / (450 * GB), rel=REL)
+
+
+def test_delivery_bound_is_the_rank_ports_where_fabric_has_room():
+    """A switch as fast as its ports copies nothing anyone needs: the delivery bound is
+    each rank's own port, never above the cut bound."""
+    topology = Topology("sw", 4, tuple(lk for r in range(4) for lk in duplex(r, "sw", 25)),
+                        {"sw": NodeKind.SWITCH})
+    per_byte, _ = allgather_delivery(topology)
+    assert per_byte == pytest.approx(1 / (25 * GB), rel=REL)
+    per_byte, _ = reducescatter_delivery(topology)
+    assert per_byte == pytest.approx(1 / (25 * GB), rel=REL)
+
+
+@SETTINGS
+@given(topologies(max_ranks=6))
+def test_delivery_bound_is_at_least_each_rank_s_port(topology):
+    n = topology.num_ranks
+    into = np.zeros(n)
+    for link in topology.links:
+        if topology.is_rank(link.dst):
+            into[link.dst] += link.bandwidth
+    per_byte, _ = allgather_delivery(topology)
+    assert per_byte >= 1 / into.min() * (1 - 1e-9)

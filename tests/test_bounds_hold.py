@@ -82,3 +82,21 @@ def test_taccl_schedules_never_beat_the_bound_on_tiny_machines(topology, kind):
     for size in SIZES:
         bound = lower_bound(topology, kind, size)
         assert simulate(schedule, topology, size).time_s >= bound.time_s * (1 - 1e-9)
+
+
+@st.composite
+def sockets(draw) -> object:
+    """Ranks on a switch with host paths through one socket's memory links, the memory
+    often slower than the PCIe links together (the delivery bound binds there)."""
+    from tests.test_bounds import socket
+
+    ports = draw(st.lists(st.sampled_from([25.0, 50.0, 100.0]), min_size=2, max_size=5))
+    return socket(ports, pcie=draw(st.sampled_from([16.0, 32.0, 64.0])),
+                  memory=draw(st.sampled_from([8.0, 20.0, 50.0, 200.0])))
+
+
+@SETTINGS
+@given(topology=sockets(), kind=st.sampled_from((Kind.ALLGATHER, Kind.REDUCESCATTER,
+                                                 Kind.ALLREDUCE)))
+def test_no_schedule_beats_the_delivery_bound_through_a_socket(topology, kind):
+    assert check_every_strategy(topology, kind, 0) >= 2

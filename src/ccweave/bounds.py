@@ -206,6 +206,41 @@ def reducescatter_cut(topology: Topology) -> tuple[float, frozenset[Node]]:
                    lambda: _allgather_cut(_graph(topology).reversed()))
 
 
+def allgather_delivery(topology: Topology) -> tuple[float, frozenset[Node] | None]:
+    """The delivery bound: fabric forwards but cannot copy, so every rank's copy of a
+    byte crosses the fabric on its own.
+
+    A rank receives what it lacks over transfers from ranks; each passes fabric only
+    (switches, PCIe, host memory), which copies nothing. So for any set X of fabric nodes
+    and of ranks' *receiving* sides (a rank's sends leave from outside X, even a rank
+    whose receiving side is in X), the ranks K received in X take in all their bytes over
+    the links into X. Where the cut bound lets a byte cross a cut once and be copied
+    behind it, this one charges each copy: the GPUs below a socket that share its memory
+    link, or a PCIe switch. Found exactly by Dinkelbach on max-flows over the graph with
+    every rank split into a sender and a receiver.
+
+    Returns
+    -------
+    (seconds per byte each rank receives, X)
+        Times what each rank must receive (allgather: ``(N-1)/N`` of the output) it
+        bounds the time. X names the fabric and the ranks of the binding cut; ``None``
+        where the delivery LP's lengths proved more than any cut (:func:`_delivery`).
+    """
+    return _cached(topology, ("delivery", "in"), lambda: _delivery(topology, into=True))
+
+
+def reducescatter_delivery(topology: Topology) -> tuple[float, frozenset[Node] | None]:
+    """:func:`allgather_delivery` turned around: what the ranks of K must *send* (a
+    partial sum leaves its rank once per transfer, and fabric cannot reduce) crosses the
+    links out of X, which holds their sending sides and fabric.
+
+    Returns
+    -------
+    (seconds per byte each rank sends, X or ``None``)
+    """
+    return _cached(topology, ("delivery", "out"), lambda: _delivery(topology, into=False))
+
+
 def gather_cut(topology: Topology, root: int = 0) -> tuple[float, frozenset[Node]]:
     """Every non-root rank's ``M/N`` must reach ``root``: the worst set without the root.
 
@@ -387,6 +422,19 @@ def _compute_cuts(topology: Topology, kind: Kind, root: int, lp_limit: int
             cuts += ports.ranks(out=0.0, into=1 / n, method="scatter rank ports", only=others)
             cuts += ports.ranks(out=(n - 1) / n, into=0.0, method="scatter rank ports",
                                 only=[root])
+    # fabric cannot copy: each rank's bytes in (out) cross the fabric on their own (last:
+    # on a tie the cuts above name the bound)
+    deliver = {Kind.ALLGATHER: ((n - 1) / n, 0.0), Kind.REDUCESCATTER: (0.0, (n - 1) / n),
+               Kind.ALLREDUCE: (1.0, 1.0)}.get(kind, (0.0, 0.0))
+    for share, into, bound in ((deliver[0], True, allgather_delivery),
+                               (deliver[1], False, reducescatter_delivery)):
+        if share > 0:
+            per_byte, found = bound(topology)
+            cuts.append(_Cut(share * per_byte, 0.0 if found is None
+                             else _delivery_alpha(topology, found, into),
+                             f"delivery {'LP' if found is None else 'cut'} (fabric cannot "
+                             f"copy: each rank's bytes {'in' if into else 'out'} cross it "
+                             "on their own)", found))
     return tuple(cuts)
 
 
@@ -740,6 +788,156 @@ def _max_ratio(graph: _Graph, outside: np.ndarray) -> tuple[float, frozenset[Nod
             lam, best = ratio, side
     full = graph.unfold(best)
     return graph.exact_ratio(full), graph.witness(full)
+
+
+def _delivery(topology: Topology, into: bool) -> tuple[float, frozenset[Node] | None]:
+    """See :func:`allgather_delivery` (``into``) and :func:`reducescatter_delivery`.
+
+    The split graph: vertex ``r`` is rank r's receiving side, ``V + r`` its sending side,
+    fabric keeps its index; a link from rank a leaves ``V + a``, a link into rank b enters
+    ``b`` (every link turned around when not ``into``). Weak duality proves the figure:
+    with any link lengths ``l >= 0``, the bytes a rank r receives travel from other
+    ranks, each at least ``d_l(r)`` (the shortest route from another rank's sending side
+    to r's receiving side) long, so ``sum_r bytes_r d_l(r) <= T sum_e bw_e l_e``
+    (:func:`_delivery_bound`). Lengths tried: the duals of the concurrent delivery LP
+    (every rank receives the same from any other rank; HiGHS) where it is at most
+    :data:`ALLTOALL_LP_LIMIT` variables, and the links into the worst set X of the
+    single-commodity relaxation (Dinkelbach on max-flows, a real cut), whose ranks' own
+    links count only towards the others."""
+    n, index = topology.num_ranks, topology.node_index
+    v = len(topology.nodes)
+    if n == 1:
+        return 0.0, frozenset()
+    tails = np.array([index[lk.src] for lk in topology.links], dtype=np.int64)
+    heads = np.array([index[lk.dst] for lk in topology.links], dtype=np.int64)
+    if not into:
+        tails, heads = heads, tails
+    tails = np.where(tails < n, tails + v, tails)  # links leave a rank's sending side
+    bw = topology.bandwidths.astype(float)
+    inside = _delivery_cut(n, v, tails, heads, bw)
+    value = _delivery_bound(n, v, tails, heads, bw, inside[heads] & ~inside[tails])
+    witness: frozenset[Node] | None = frozenset(
+        topology.nodes[i] for i in np.flatnonzero(inside[:v]))
+    if n * len(bw) <= ALLTOALL_LP_LIMIT:
+        try:
+            lengths = _delivery_lp(n, v, tails, heads, bw)
+        except SolverError:  # the LP only tightens: the cut stands without it
+            lengths = np.zeros(len(bw))
+        for cut in (0.0, 1e-9, 1e-6, 1e-3):
+            found = _delivery_bound(n, v, tails, heads, bw,
+                                    np.where(lengths > cut * lengths.max(), lengths, 0.0))
+            if found > value * (1 + _RELATIVE_STEP):
+                value, witness = found, None
+    return value, witness
+
+
+def _delivery_bound(n: int, v: int, tails: np.ndarray, heads: np.ndarray, bw: np.ndarray,
+                    lengths: np.ndarray) -> float:
+    """``sum_r d_l(r) / sum_e bw_e l_e`` (seconds per byte each rank receives), ``d_l(r)``
+    the shortest route by ``lengths`` from another rank's sending side to r's receiving
+    side in the split graph (see :func:`_delivery`); 0 where no link has a length."""
+    lengths = np.asarray(lengths, dtype=float)
+    volume = float(bw @ lengths)
+    if not volume > 0:
+        return 0.0
+    size = v + n  # explicit zeros stay links
+    matrix = scipy.sparse.csr_array((lengths, (tails, heads)), shape=(size, size))
+    dist = scipy.sparse.csgraph.dijkstra(matrix, directed=True,
+                                         indices=v + np.arange(n))[:, :n]
+    np.fill_diagonal(dist, np.inf)
+    nearest = dist.min(axis=0)
+    if not np.isfinite(nearest).all():
+        return 0.0
+    return float(nearest.sum()) / volume
+
+
+def _delivery_cut(n: int, v: int, tails: np.ndarray, heads: np.ndarray,
+                  bw: np.ndarray) -> np.ndarray:
+    """The set X (a mask over the split graph's vertices) with the most ranks' receiving
+    sides per bandwidth into it, by Dinkelbach on ``beta`` (bandwidth per rank): with a
+    super source feeding every sending side and every receiving side feeding the sink by
+    ``beta``, a cut below ``N * beta`` is an X whose ranks K have ``B_in(X) < beta |K|``;
+    its sink side is the next X. Capacities are rounded up to integers; the set found is
+    a real one whatever the rounding."""
+    size = v + n + 2
+    source, sink = size - 2, size - 1
+
+    def ratio(inside: np.ndarray) -> float:
+        ranks = int(inside[:n].sum())
+        entering = float(bw[~inside[tails] & inside[heads]].sum())
+        return ranks / entering if ranks and entering > 0 else 0.0
+
+    received = np.bincount(heads, weights=bw, minlength=size)[:n]
+    best = np.zeros(size, dtype=bool)
+    best[int(received.argmin())] = True
+    value = ratio(best)
+    rows = np.concatenate([tails, np.full(n, source), np.arange(n)])
+    cols = np.concatenate([heads, v + np.arange(n), np.full(n, sink)])
+    for _ in range(64):
+        beta = 1.0 / value  # every K so far needs at least this much per rank
+        scale = _FLOW_TOTAL / (float(bw.sum()) + 2 * n * beta)
+        caps = np.concatenate([np.ceil(bw * scale), np.full(n, _FLOW_TOTAL),
+                               np.full(n, math.floor(beta * scale))]).astype(np.int64)
+        matrix = scipy.sparse.csr_array((caps.astype(np.int32), (rows, cols)),
+                                        shape=(size, size))
+        matrix.sum_duplicates()
+        result = scipy.sparse.csgraph.maximum_flow(matrix, source, sink)
+        residual = (matrix - result.flow).tocsr()
+        residual.data = (residual.data > 0).astype(np.int8)
+        residual.eliminate_zeros()
+        reached = scipy.sparse.csgraph.breadth_first_order(
+            residual, source, directed=True, return_predecessors=False)
+        inside = np.ones(size, dtype=bool)
+        inside[reached] = False
+        found = ratio(inside)
+        if inside[v:v + n].any() or not found > value * (1 + _RELATIVE_STEP):
+            break
+        best, value = inside, found
+    return best[:v + n]
+
+
+def _delivery_lp(n: int, v: int, tails: np.ndarray, heads: np.ndarray,
+                 bw: np.ndarray) -> np.ndarray:
+    """Link lengths from the concurrent delivery LP: commodity ``t`` flows from any
+    other rank's sending side (free supply) through fabric into ``t``'s receiving side at
+    rate ``theta`` at least; links carry at most their bandwidth; maximise ``theta``. Its
+    capacity duals (their sizes) are the lengths :func:`_delivery_bound` certifies."""
+    e = len(bw)
+    unit = float(bw.max())
+    commodity = np.repeat(np.arange(n), e)
+    link = np.tile(np.arange(e), n)
+    head, tail = heads[link], tails[link]
+    used = ((head >= n) | (head == commodity)) & (tail != v + commodity)
+    commodity, link, head, tail = commodity[used], link[used], head[used], tail[used]
+    columns = np.arange(len(link))
+    theta = len(link)
+    fabric = tail < v  # tails inside the fabric conserve; sending sides supply freely
+    rows = np.concatenate([commodity * v + head, (commodity * v + tail)[fabric],
+                           n * v + link, np.arange(n) * (v + 1)])
+    cols = np.concatenate([columns, columns[fabric], columns, np.full(n, theta)])
+    vals = np.concatenate([np.ones(len(link)), -np.ones(int(fabric.sum())),
+                           np.ones(len(link)), -np.ones(n)])
+    matrix = scipy.sparse.csc_array(scipy.sparse.csr_array(
+        (vals, (rows, cols)), shape=(n * v + e, theta + 1)))
+    # rows: a commodity's fabric vertex conserves (0), its rank receives theta (>= 0),
+    # other ranks' receiving sides take none of it (no variable enters them), links cap
+    conserve = np.zeros(n * v)
+    upper = np.concatenate([conserve, bw / unit])
+    lower = np.concatenate([conserve, np.full(e, -np.inf)])
+    upper[np.arange(n) * (v + 1)] = np.inf
+    cost = np.zeros(theta + 1)
+    cost[theta] = -1.0
+    return np.abs(_solve_lp(cost, matrix, lower, upper)[-e:])
+
+
+def _delivery_alpha(topology: Topology, found: frozenset[Node], into: bool) -> float:
+    """The smallest alpha of the links a delivery cut counts: into ``found`` (out of it if
+    not ``into``), a rank's own links included (its other side is outside)."""
+    alphas = [lk.alpha for lk in topology.links
+              if (lk.dst in found and (lk.src not in found or topology.is_rank(lk.src))
+                  if into else
+                  lk.src in found and (lk.dst not in found or topology.is_rank(lk.dst)))]
+    return min(alphas, default=0.0)
 
 
 def _sink_order(graph: _Graph, outside: np.ndarray, best: np.ndarray) -> list[int]:
