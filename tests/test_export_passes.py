@@ -9,12 +9,19 @@ import pytest
 
 from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import InputError
-from ccweave.export import check_xml, export_plan, from_xml, to_xml
+from ccweave.export import check_xml, export_plan, from_xml, passes, to_xml
 from ccweave.export.dependencies import infer
 from ccweave.export.fusion import fuse
 from ccweave.export.lowering import lower, split_counts
-from ccweave.export.msccl_spec import MAX_COUNT, MAX_TBS_PER_CHANNEL
+from ccweave.export.msccl_spec import (
+    MAX_CHANNELS,
+    MAX_COUNT,
+    MAX_NODES,
+    MAX_STEPS,
+    MAX_TBS_PER_CHANNEL,
+)
 from ccweave.export.msccl_xml import CONFIG_NAME, OPEN_MAX_BYTES, SCRATCH_MAX_BYTES
+from ccweave.export.passes import fewest_elements
 from ccweave.export.threadblocks import assign
 from ccweave.plan import Plan, PlanEntry
 from ccweave.schedule import ScheduleBuilder
@@ -223,3 +230,38 @@ def test_a_plan_for_the_azure_executor_is_a_directory_of_algorithms(tmp_path):
 def test_microsoft_msccl_loads_at_most_four_algorithms(tmp_path):
     with pytest.raises(InputError, match="at most 4 algorithms"):
         export_plan(_plan(5), tmp_path)
+
+
+def _independent_allgather(chunks: int):
+    """2-rank allgather whose ``chunks`` copies per rank and peer are independent."""
+    builder = ScheduleBuilder(Collective(Kind.ALLGATHER, 2, chunks))
+    for rank in range(2):
+        for i in range(chunks):
+            for dst in (rank, 1 - rank):
+                builder.copy(rank, dst, (I, i), (O, rank * chunks + i))
+    return builder.build("wide")
+
+
+def test_a_schedule_no_lanes_can_fit_is_refused_after_one_attempt(monkeypatch):
+    """Each GPU needs a step per local copy and per send: past the parser's 4096 elements
+    whatever the lanes, so the export refuses without trying lanes (each attempt lowers
+    the whole schedule; a dgx1 trees allreduce of 112,576 transfers took minutes)."""
+    chunks = (MAX_NODES - 2) // 2
+    sched = _independent_allgather(chunks)
+    assert fewest_elements(sched) > MAX_NODES
+    attempts = []
+    real = passes._attempt
+    monkeypatch.setattr(passes, "_attempt", lambda *a: attempts.append(a[4]) or real(*a))
+    with pytest.raises(InputError, match="cannot export 'wide' for MSCCL"):
+        to_xml(sched)
+    assert attempts == [1]
+
+
+def test_a_connection_gets_no_more_lanes_than_msccl_has_channels(monkeypatch):
+    """266 independent sends to one peer: the lanes dealt to the connection are capped at
+    MSCCL's 32 channels from the first attempt, so dealing stays linear in transfers."""
+    caps = []
+    real = passes.deal
+    monkeypatch.setattr(passes, "deal", lambda *a: caps.append(a[4]) or real(*a))
+    to_xml(_independent_allgather(MAX_STEPS + 10))
+    assert caps and all(cap is not None and cap <= MAX_CHANNELS for cap in caps)

@@ -35,9 +35,9 @@ Steps = tuple[tuple[tuple[Step, ...], ...], ...]
 class Lowered:
     """What the passes made: the schedule as dealt (counts split, transfers on their
     MSCCL channels), its instructions, threadblocks and steps; ``capped``: the lanes a
-    connection was held to (``None``: every transfer the schedule runs at once has a lane
-    of its own) and ``longest`` the transfers a lane was held to; ``overflow``: the limit
-    the result still breaks ('' if none)."""
+    connection was held to (at most one a channel MSCCL has; ``None``: no cap) and
+    ``longest`` the transfers a lane was held to; ``overflow``: the limit the result still
+    breaks ('' if none)."""
 
     schedule: Schedule
     program: Program
@@ -51,13 +51,18 @@ class Lowered:
 def run(schedule: Schedule) -> Lowered:
     """Lower ``schedule``: with a lane for every transfer it runs at once where MSCCL's
     limits allow, else with the most lanes per connection that fit (and lanes short
-    enough for a threadblock's steps); past :data:`TRIES` attempts, with one lane per
-    connection (the schedule's own channels), whatever limit that breaks."""
+    enough for a threadblock's steps); past :data:`TRIES` attempts, or at once where no
+    lanes can fit (:func:`fewest_elements`), with one lane per connection (the schedule's
+    own channels), whatever limit that breaks. A connection never gets more lanes than
+    MSCCL has channels, so each attempt's work grows with the transfers, not their
+    square."""
     sched = split_counts(schedule)
     order = transfer_order(sched.transfers)
     reach = Reach(sched.transfers, order)
     fwd = forwards(sched, order)
-    most: int | None = None
+    if fewest_elements(sched) > spec.MAX_NODES:  # no lanes can fit: refuse at once
+        return _attempt(sched, order, reach, fwd, 1, None)
+    most: int | None = spec.MAX_CHANNELS // channel_groups(sched.num_ranks)
     longest: int | None = None
     for _ in range(TRIES):
         most = _fitting(sched, order, reach, fwd, most, longest)
@@ -69,12 +74,33 @@ def run(schedule: Schedule) -> Lowered:
         elif most == 1:
             break
         else:
-            most = max(1, (most or _widest(result.schedule)) // 2)
+            most = max(1, min(most or spec.MAX_CHANNELS, _widest(result.schedule)) // 2)
+    if (result.capped, result.longest) == (1, None):
+        return result  # the last attempt was the fallback itself
     return _attempt(sched, order, reach, fwd, 1, None)
 
 
 TRIES = 6
 """Attempts at fitting lanes within MSCCL's limits before one lane per connection."""
+
+
+def fewest_elements(sched: Schedule) -> int:
+    """The fewest XML elements any lowering of ``sched`` gives one GPU: the header, the
+    gpus, a threadblock, and a step per local transfer plus one per received or sent one,
+    whichever are more (a fused step carries one of each). Past MSCCL's parser limit, no
+    choice of lanes can fit, and trying them costs an attempt each."""
+    local = [0] * sched.num_ranks
+    sent = [0] * sched.num_ranks
+    received = [0] * sched.num_ranks
+    for t in sched.transfers:
+        if t.is_local:
+            local[t.src] += 1
+        else:
+            sent[t.src] += 1
+            received[t.dst] += 1
+    steps = max((local[r] + max(sent[r], received[r]) for r in range(sched.num_ranks)),
+                default=0)
+    return 2 + sched.num_ranks + steps
 
 
 def _fitting(sched: Schedule, order: list[int], reach: Reach, fwd: dict[int, int],

@@ -263,19 +263,21 @@ def _local_blocks(program: Program, local: list[int], reach: Reach,
     steps the schedule runs at once run at once; past ``room`` threadblocks, it joins the
     one whose last step is earliest in dependency order."""
     chains: list[list[int]] = []
+    last: list[int] = []  # the transfer each chain's last step carries last
+    level = reach.level
     for i in local:
-        first = _parts(program, i)[0]
-
-        def last(chain: list[int]) -> int:
-            return _parts(program, chain[-1])[1]
-
-        fitting = [c for c in chains if reach.precedes(last(c), first)]
+        first, final = _parts(program, i)
+        fitting = [k for k, t in enumerate(last) if reach.precedes(t, first)]
         if fitting:
-            max(fitting, key=lambda c: reach.level[last(c)]).append(i)
+            k = max(fitting, key=lambda k: level[last[k]])
         elif len(chains) >= room:
-            min(chains, key=lambda c: reach.level[last(c)]).append(i)
+            k = min(range(len(chains)), key=lambda k: level[last[k]])
         else:
-            chains.append([i])
+            k = len(chains)
+            chains.append([])
+            last.append(final)
+        chains[k].append(i)
+        last[k] = final
     return [Threadblock(-1, -1, program.instrs[c[0]].channel, tuple(c)) for c in chains]
 
 
