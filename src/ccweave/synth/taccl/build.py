@@ -52,6 +52,7 @@ from ccweave.synth.taccl.progress import Progress
 from ccweave.synth.taccl.reduction import reduce_scatter_from, reverse_order
 from ccweave.synth.taccl.routing import RoutingMethod, route
 from ccweave.synth.taccl.routing_result import Routing
+from ccweave.synth.taccl.sketch_canonical import canonical, global_permutation, relabel_schedule
 from ccweave.synth.taccl.sketch_defaults import (
     VARIANTS,
     default_sketch,
@@ -697,6 +698,28 @@ def _alone(kind: Kind, chunks: int) -> Schedule:
 
 def _one(topology: Topology, kind: Kind, sketch: Sketch, chunks: int,
          options: TacclOptions, clock: _Clock) -> tuple[Schedule, float]:
+    """One sketch at one chunk count, solved in canonical labels
+    (:mod:`.sketch_canonical`) and renumbered back: the schedule and its simulated time at
+    ``options.size``."""
+    from ccweave.simulate import simulate
+
+    found = canonical(topology, sketch)
+    schedule, seconds = _one_as_written(topology, kind, found.sketch, chunks, options, clock)
+    if found.identity:
+        return schedule.with_name(schedule.name, labels=found.note), seconds
+    nodes = tuple(topology.groups.get("node", ())) or (tuple(topology.ranks),)
+    back = global_permutation(nodes, tuple(sorted(range(len(found.local)),
+                                                  key=found.local.__getitem__)))
+    renumbered = relabel_schedule(schedule, back)
+    split = len(renumbered.transfers) - len(schedule.transfers)
+    note = found.note + (f"; renumbered back, {split} transfer(s) more: merged slots the "
+                         "renumbering parts go as one transfer each" if split else "")
+    return (renumbered.with_name(schedule.name, labels=note),
+            simulate(renumbered, topology, options.size).time_s)
+
+
+def _one_as_written(topology: Topology, kind: Kind, sketch: Sketch, chunks: int,
+                    options: TacclOptions, clock: _Clock) -> tuple[Schedule, float]:
     """One sketch at one chunk count: the stages for allgather or alltoall, and the
     reduce-scatter and allreduce built from allgathers; the schedule and its simulated
     time at ``options.size``."""
