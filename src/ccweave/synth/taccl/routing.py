@@ -18,8 +18,9 @@ from ccweave.synth.taccl.solver import SolverSettings
 
 TREE_SHARE = 0.25
 """Part of the routing time the tree selection may use when it warm-starts the MILP."""
-SEARCH_SHARE = 0.5
-"""Part of the routing time the route search (:mod:`.routing_search`) may use."""
+SEARCH_SHARE = 1.0
+"""Part of the routing time the route search (:mod:`.routing_search`) may use: a backstop,
+as the search stops at a count of sends ordered (``routing_trees.SEARCH_SENDS``)."""
 
 
 class RoutingMethod(str, enum.Enum):

@@ -36,7 +36,7 @@ from ccweave.synth.taccl.logical import LogicalTopology
 from ccweave.synth.taccl.progress import Progress
 from ccweave.synth.taccl.routing_paths import PathFinder
 from ccweave.synth.taccl.routing_result import Hop, Routing, tree_hops
-from ccweave.synth.taccl.routing_search import better, hill_climb
+from ccweave.synth.taccl.routing_search import MAX_SCORED, better, hill_climb
 from ccweave.synth.taccl.sketch_model import Hyperedge
 from ccweave.synth.taccl.solver import DEFAULT_SETTINGS, MilpResult, Model, SolverSettings
 
@@ -49,6 +49,11 @@ beside the makespan: among routes that load links alike, shallow trees and near 
 SEARCH_MAX_SENDS = 4000
 """Routings of more sends are not searched: stage 2 orders one in seconds (ndv2:10's
 12,640 sends: about 10 s under load), so a search would score a handful."""
+SEARCH_SENDS = 80_000
+"""Sends the route search orders in all (both starts together): it scores at most this
+many over the routing's sends routings (and :data:`~.routing_search.MAX_SCORED`), so where
+it stops depends on the problem, not on how loaded the machine is (``search_s`` is only a
+backstop); about 4 s on one core."""
 UC_TIE_BREAK = 1e-3
 """Weight of the switch-connection count, relative to the warm start's makespan."""
 
@@ -87,10 +92,12 @@ def route_trees(logical: LogicalTopology, demand: Demand, chunk_bytes: float, *,
         return [replace(routing, note=f"{routing.note}; route search: skipped, {sends} sends "
                                       f"(over {SEARCH_MAX_SENDS})")]
     scored = lambda chosen: score(problem.hops_of(chosen))  # noqa: E731
-    searched = hill_climb(selection, problem.neighbours, scored, search_s)
+    budget = min(MAX_SCORED, max(1, SEARCH_SENDS // sends))
+    searched = hill_climb(selection, problem.neighbours, scored, search_s, budget)
     first = problem.first_options()
-    if first != selection:  # a second start: every chunk on its first trees and relays
-        again = hill_climb(first, problem.neighbours, scored, search_s - searched.seconds)
+    if first != selection and searched.scored < budget:  # a second start: every chunk on
+        again = hill_climb(first, problem.neighbours, scored,  # its first trees and relays
+                           search_s - searched.seconds, budget - searched.scored)
         if better(again.score, searched.score):
             searched = again
     if progress:
