@@ -25,6 +25,7 @@ STRATEGY_MODULES = (
     "ccweave.synth.trees",
     "ccweave.synth.recursive",
     "ccweave.synth.direct",
+    "ccweave.synth.direct_multipath",
     "ccweave.synth.hierarchical",
     "ccweave.synth.pipelined",
     "ccweave.synth.multipath",
