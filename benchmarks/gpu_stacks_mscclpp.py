@@ -10,6 +10,7 @@
    ratio to the schedule it came from. Where the schedule pins routes (which neither format
    can say), the ratio to the schedule without them is shown beside (``unpinned++``); where
    MSCCL XML misses 2%, a ``lost:`` line says what the format cannot express, in figures.
+   The XML export is given the machine, as ``ccweave export`` takes it from the schedule.
 
     nice python benchmarks/gpu_stacks.py --section mscclpp [--json FILE]
 """
@@ -114,7 +115,7 @@ def _mscclpp(schedule, topology, machine) -> dict[str, object]:
 
 def _xml(schedule, topology) -> dict[str, object]:
     try:
-        back = from_xml(to_xml(schedule))
+        back = from_xml(to_xml(schedule, topology=topology))
     except CCWeaveError as error:
         return {"refused": str(error)}
     proof = check(back, topology)
@@ -209,7 +210,8 @@ def _xml_loss(schedule, topology, xml, unpinned) -> list[str]:
         rest = unpinned
     if any(abs(r - 1) > TOLERANCE for r in rest):
         try:
-            spread = _ratios(from_xml(to_xml(_spread(schedule))), base, topology)
+            spread = _ratios(from_xml(to_xml(_spread(schedule), topology=topology)), base,
+                             topology)
             beside = f"every transfer spread over 16 channels: {_times(spread)}"
         except CCWeaveError as error:
             beside = f"spread over 16 channels it is refused: {str(error)[:90]}"

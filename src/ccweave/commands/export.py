@@ -36,8 +36,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--format", default="msccl", choices=["msccl", "mscclpp"],
                         help="msccl: MSCCL XML (default); mscclpp: MSCCL++ execution plans")
     parser.add_argument("--topology", help="mscclpp: the machine whose ranks the plan runs on "
-                        "(memory channels inside a node, port channels across); default: "
-                        "the schedule's own")
+                        "(memory channels inside a node, port channels across); msccl: the "
+                        "machine the schedule is timed on to give what it runs at once "
+                        "channels of its own; default: the schedule's own")
     parser.add_argument("--instances", type=int, default=1, metavar="K",
                         help="K copies on their own channels, each on 1/K of every chunk")
     parser.add_argument("--proto", choices=sorted({*spec.PROTOCOLS, *mscclpp_spec.PROTOCOLS}),
@@ -95,7 +96,8 @@ def run(args) -> int:
         max_bytes = parse_size(args.max_bytes) if args.max_bytes else None
         replaced = {str(output): _inputs.output(args.output, args.input)}
         msccl_xml.write(plan.entries[0].schedule, output, proto=args.proto,
-                        instances=args.instances, runtime=args.runtime, max_bytes=max_bytes)
+                        instances=args.instances, runtime=args.runtime, max_bytes=max_bytes,
+                        topology=_known_topology(args, plan))
         files = [output]
     else:
         if output.exists() and not output.is_dir():
@@ -105,7 +107,7 @@ def run(args) -> int:
                     for path in msccl_xml.plan_files(plan, output, args.runtime)
                     if path.parent.is_dir()}
         files = msccl_xml.export_plan(plan, output, proto=args.proto, instances=args.instances,
-                                      runtime=args.runtime)
+                                      runtime=args.runtime, topology=_known_topology(args, plan))
     rows = [{**_summary(path), "replaced": replaced.get(str(path), False)} for path in files]
     notes = [note for entry in plan.entries for note in msccl_xml.export_notes(entry.schedule)]
     warnings = _lint([row["file"] for row in rows if not row.get("config")], args.runtime)
@@ -271,6 +273,20 @@ def _topology(args, plan: Plan):
     except InputError as error:
         raise InputError(f"{args.input}: made for {named!r}, which cannot be loaded here "
                          f"({error}); give --topology") from None
+
+
+def _known_topology(args, plan: Plan):
+    """msccl: the machine the export times the schedule on to give the transfers it runs
+    at once channels of their own (``--topology``, else the schedule's own if it names
+    one that loads); None: the export's estimate, which knows no topology."""
+    if args.topology:
+        return _inputs.topology(args.topology)
+    try:
+        topology = _topology(args, plan)
+    except InputError:
+        return None
+    ranks = {entry.schedule.num_ranks for entry in plan.entries}
+    return topology if ranks == {topology.num_ranks} else None
 
 
 def _plan_summary(path: Path) -> dict[str, object]:

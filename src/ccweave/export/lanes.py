@@ -9,10 +9,13 @@ the other ends), and gives each lane a channel of its own. A transfer that forwa
 another brought takes that one's lane where it can, so the two can become one fused step
 (:mod:`.fusion`), as msccl-tools lays out a ring.
 
-The estimate knows no topology: a transfer takes its count in time, latency and shared
-bandwidth aside, local ones none. Where a schedule overlaps the latency of transfers the
-estimate puts one after another (a ring's first two steps over a slow link), they share a
-lane: benchmarks/gpu_stacks.py (section mscclpp) prints what that costs."""
+When the machine is known, when each transfer may start and ends comes from simulating
+the schedule on it at both ends of the sizes the XML serves (a slow link's latency, a
+shared link's bandwidth). Without it, the estimate knows no topology: a transfer takes
+its count in time, latency and shared bandwidth aside, local ones none; where a schedule
+overlaps the latency of transfers the estimate puts one after another (a ring's two
+phases over the slow link between two nodes), they share a lane, and
+benchmarks/gpu_stacks.py (section mscclpp) prints what that costs."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from ccweave.schedule import Schedule, Transfer
+from ccweave.topology.model import Topology
 
 
 class Reach:
@@ -28,13 +32,18 @@ class Reach:
 
     A search back from the later transfer through transfers of a higher dependency level
     than the earlier one (nothing at or below its level depends on it); answers are kept.
+    ``timed``: when the machine is known, the schedule simulated on it at some sizes
+    (:func:`timings`): then whether one transfer starts once another ends is judged by
+    those times at every size, instead of by the estimate.
     """
 
-    def __init__(self, transfers: tuple[Transfer, ...], order: list[int]) -> None:
+    def __init__(self, transfers: tuple[Transfer, ...], order: list[int],
+                 timed: tuple[Timing, ...] = ()) -> None:
+        self.timed = timed
         self.deps = [tuple(set(t.deps)) for t in transfers]
         self.level = [0] * len(transfers)
-        self.start = [0] * len(transfers)
-        self.finish = [0] * len(transfers)
+        self.start: list[float] = [0] * len(transfers)
+        self.finish: list[float] = [0] * len(transfers)
         for index in order:
             self.level[index] = max((self.level[d] + 1 for d in self.deps[index]), default=0)
             self.start[index] = max((self.finish[d] for d in self.deps[index]), default=0)
@@ -43,10 +52,15 @@ class Reach:
         self._known: dict[tuple[int, int], bool] = {}
 
     def after(self, before: int, after: int) -> bool:
-        """``after`` can run once ``before`` is done at no cost: it depends on it, or it
-        starts no earlier than ``before`` ends when every transfer starts as soon as its
-        dependencies are done and takes its count in time (no bandwidth shared)."""
-        return self.finish[before] <= self.start[after] or self.precedes(before, after)
+        """``after`` can run once ``before`` is done at no cost: it depends on it, or by
+        every one of :meth:`estimates` it may start no earlier than ``before`` ends."""
+        return all(finish[before] <= start[after] * SLACK
+                   for start, finish in self.estimates()) or self.precedes(before, after)
+
+    def estimates(self) -> tuple[Timing, ...]:
+        """When each transfer may start and when it ends: by each simulation if the
+        machine is known, else by the estimate."""
+        return self.timed or ((self.start, self.finish),)
 
     def precedes(self, before: int, after: int) -> bool:
         """``after`` depends on ``before`` (directly or through others)."""
@@ -69,6 +83,25 @@ class Reach:
                     seen.add(dep)
                     stack.append(dep)
         return False
+
+
+Timing = tuple[list[float], list[float]]
+"""When each transfer may start (its dependencies done) and when it ends, in seconds."""
+SLACK = 1 + 1e-9
+"""Simulated times that agree but for rounding count as one after the other."""
+
+
+def timings(schedule: Schedule, topology: Topology, sizes: tuple[float, ...]
+            ) -> tuple[Timing, ...]:
+    """``schedule`` simulated on ``topology`` at each of ``sizes``: when each transfer
+    may start and when it ends (what :class:`Reach` judges lanes by)."""
+    from ccweave.simulate import simulate
+
+    found = []
+    for size in sizes:
+        result = simulate(schedule, topology, size)
+        found.append((result.ready.tolist(), result.finish.tolist()))
+    return tuple(found)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from ccweave.export.xml_import import from_analysis, from_xml, read
 from ccweave.export.xml_lexer import lex_check
 from ccweave.plan import Plan
 from ccweave.schedule import Schedule
+from ccweave.topology.model import Topology
 from ccweave.transforms import instances as replicate
 
 __all__ = ["CONFIG_NAME", "as_run", "check_xml", "export_plan", "from_xml", "lex_check", "read",
@@ -42,7 +43,8 @@ CONFIG_NAME = "msccl_config.xml"
 
 def to_xml(schedule: Schedule, *, proto: str = DEFAULT_PROTO, instances: int = 1,
            runtime: spec.Runtime | str = spec.Runtime.MSCCL, min_bytes: int = 0,
-           max_bytes: int | None = None, name: str | None = None) -> str:
+           max_bytes: int | None = None, name: str | None = None,
+           topology: Topology | None = None) -> str:
     """MSCCL XML for ``schedule`` that the runtime's parser accepts.
 
     Parameters
@@ -56,11 +58,16 @@ def to_xml(schedule: Schedule, *, proto: str = DEFAULT_PROTO, instances: int = 1
     min_bytes, max_bytes: the sizes ``[min_bytes, max_bytes)`` it serves (``None``: no
         upper end), written as each runtime reads minBytes/maxBytes.
     name: the algo name (default: the schedule's).
+    topology: the machine it runs on, if known: which of a connection's transfers the
+        schedule runs at once (each then gets a channel of its own) is judged by
+        simulating it there at both ends of its sizes (:func:`estimate_sizes`); without
+        it, a transfer takes its count in time, latency and shared links aside.
 
     Raises ``InputError`` when the runtime cannot run it (limits, a collective the runtime
     lacks), naming the threadblock and the fix.
     """
-    root, header = _tree(schedule, proto, instances, runtime, min_bytes, max_bytes, name)
+    root, header = _tree(schedule, proto, instances, runtime, min_bytes, max_bytes, name,
+                         topology)
     text = serialize(root)
     problems = [*lex_check(text), *check_xml(ET.fromstring(text), runtime)]
     if problems:
@@ -83,8 +90,8 @@ def as_run(schedule: Schedule, *, proto: str = DEFAULT_PROTO, instances: int = 1
 
 
 def _tree(schedule: Schedule, proto: str, instances: int, runtime: spec.Runtime | str,
-          min_bytes: int, max_bytes: int | None, name: str | None
-          ) -> tuple[ET.Element, dict[str, object]]:
+          min_bytes: int, max_bytes: int | None, name: str | None,
+          topology: Topology | None = None) -> tuple[ET.Element, dict[str, object]]:
     """The ``algo`` element of the export passes, and its header."""
     runtime = spec.Runtime.parse(runtime)
     if proto not in spec.PROTOCOLS:
@@ -96,11 +103,26 @@ def _tree(schedule: Schedule, proto: str, instances: int, runtime: spec.Runtime 
     if coll is None and runtime is spec.Runtime.AZURE:
         raise InputError(f"the Azure MSCCL executor has no {kind.value} collective; export "
                          "with runtime msccl (coll=\"custom\")")
-    lowered = passes.run(replicate(schedule, instances) if instances > 1 else schedule)
+    lowered = passes.run(replicate(schedule, instances) if instances > 1 else schedule,
+                         topology, estimate_sizes(min_bytes, max_bytes))
     sched, program, layout, steps = (lowered.schedule, lowered.program, lowered.layout,
                                      lowered.steps)
     header = _header(sched, proto, runtime, coll, min_bytes, max_bytes, name)
     return emit_tree(program, layout, steps, header, _chunks(sched, coll is None)), header
+
+
+SMALLEST_BYTES = 1 << 10
+LARGEST_BYTES = 1 << 30
+"""The sizes an open range is judged at (those ``auto`` plans for by default)."""
+
+
+def estimate_sizes(min_bytes: int, max_bytes: int | None) -> tuple[float, float]:
+    """The sizes at which the export simulates a schedule to tell which transfers run at
+    once: both ends of the range it serves (latency and bandwidth), an open end taken
+    as 1 KiB or 1 GiB."""
+    low = max(min_bytes, SMALLEST_BYTES)
+    high = LARGEST_BYTES if max_bytes is None else max(low, max_bytes - 1)
+    return float(low), float(high)
 
 
 def export_notes(schedule: Schedule) -> list[str]:
@@ -125,12 +147,13 @@ def write(schedule: Schedule, path: str | Path, **options: object) -> Path:
 
 
 def export_plan(plan: Plan, directory: str | Path, *, proto: str = DEFAULT_PROTO,
-                instances: int = 1,
-                runtime: spec.Runtime | str = spec.Runtime.MSCCL) -> list[Path]:
+                instances: int = 1, runtime: spec.Runtime | str = spec.Runtime.MSCCL,
+                topology: Topology | None = None) -> list[Path]:
     """One XML per size range of ``plan`` in ``directory``, each with its minBytes and
     maxBytes; for microsoft/msccl also ``msccl_config.xml`` (``MSCCL_CONFIG``) that loads
     them by size. For the Azure executor the directory is ``MSCCL_ALGO_DIR`` (every file
-    in it is read as an algorithm, so it holds nothing else). Returns the files written.
+    in it is read as an algorithm, so it holds nothing else). ``topology``: as for
+    :func:`to_xml`, each range judged at its own ends. Returns the files written.
     """
     runtime = spec.Runtime.parse(runtime)
     if runtime is spec.Runtime.MSCCL and len(plan.entries) > spec.MAX_ALGOS:
@@ -152,7 +175,8 @@ def export_plan(plan: Plan, directory: str | Path, *, proto: str = DEFAULT_PROTO
     for number, (entry, path) in enumerate(zip(plan.entries, paths)):
         outfile.write_text(path, to_xml(entry.schedule, proto=proto, instances=instances,
                                         runtime=runtime, min_bytes=entry.min_bytes,
-                                        max_bytes=entry.max_bytes, name=f"{stem}_{number}"))
+                                        max_bytes=entry.max_bytes, name=f"{stem}_{number}",
+                                        topology=topology))
     if runtime is spec.Runtime.MSCCL:
         outfile.write_text(paths[-1], _config(plan, paths[:-1], proto))
     return paths

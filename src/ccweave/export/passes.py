@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ccweave.export import msccl_spec as spec
 from ccweave.export.dependencies import Step, infer
 from ccweave.export.fusion import forwards, fuse
-from ccweave.export.lanes import Reach, deal
+from ccweave.export.lanes import Reach, deal, timings
 from ccweave.export.lowering import (
     Program,
     channel_groups,
@@ -27,6 +27,7 @@ from ccweave.export.lowering import (
 )
 from ccweave.export.threadblocks import Layout, assign
 from ccweave.schedule import Schedule
+from ccweave.topology.model import Topology
 
 Steps = tuple[tuple[tuple[Step, ...], ...], ...]
 
@@ -48,20 +49,24 @@ class Lowered:
     overflow: str
 
 
-def run(schedule: Schedule) -> Lowered:
+def run(schedule: Schedule, topology: Topology | None = None,
+        sizes: tuple[float, ...] = ()) -> Lowered:
     """Lower ``schedule``: with a lane for every transfer it runs at once where MSCCL's
     limits allow, else with the most lanes per connection that fit (and lanes short
     enough for a threadblock's steps); past :data:`TRIES` attempts, or at once where no
     lanes can fit (:func:`fewest_elements`), with one lane per connection (the schedule's
     own channels), whatever limit that breaks. A connection never gets more lanes than
     MSCCL has channels, so each attempt's work grows with the transfers, not their
-    square."""
+    square. ``topology`` and ``sizes``: the machine, and the sizes at which which
+    transfers run at once is judged by simulating the schedule there (:class:`.Reach`);
+    without them, by an estimate that knows no topology."""
     sched = split_counts(schedule)
     order = transfer_order(sched.transfers)
-    reach = Reach(sched.transfers, order)
     fwd = forwards(sched, order)
     if fewest_elements(sched) > spec.MAX_NODES:  # no lanes can fit: refuse at once
-        return _attempt(sched, order, reach, fwd, 1, None)
+        return _attempt(sched, order, Reach(sched.transfers, order), fwd, 1, None)
+    timed = timings(sched, topology, sizes) if topology is not None else ()
+    reach = Reach(sched.transfers, order, timed)
     most: int | None = spec.MAX_CHANNELS // channel_groups(sched.num_ranks)
     longest: int | None = None
     for _ in range(TRIES):

@@ -21,7 +21,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from ccweave.export import msccl_spec as spec
-from ccweave.export.lanes import Reach
+from ccweave.export.lanes import SLACK, Reach
 from ccweave.export.lowering import Program, transfer_order
 
 
@@ -79,20 +79,22 @@ def _parts(program: Program, index: int) -> tuple[int, int]:
 
 def keeps_pace(program: Program, members: list[int], reach: Reach) -> bool:
     """A threadblock running ``members`` one after another delays none of them past its
-    estimated time (:class:`.lanes.Reach`): a receive ends when its transfer arrives, a
-    send takes its count from when both it and the step before may start."""
-    clock = 0
-    for i in members:
-        instr = program.instrs[i]
-        for transfer in (instr.recv, instr.local):
-            if transfer is not None:
-                if clock > reach.finish[transfer]:
+    time by any of :meth:`.lanes.Reach.estimates`: a receive ends when its transfer
+    arrives, a send takes its time from when both it and the step before may start."""
+    for start, finish in reach.estimates():
+        clock = 0.0
+        for i in members:
+            instr = program.instrs[i]
+            for transfer in (instr.recv, instr.local):
+                if transfer is not None:
+                    if clock > finish[transfer] * SLACK:
+                        return False
+                    clock = finish[transfer]
+            send = instr.send
+            if send is not None:
+                clock = max(clock, start[send]) + finish[send] - start[send]
+                if clock > finish[send] * SLACK:
                     return False
-                clock = reach.finish[transfer]
-        if instr.send is not None:
-            clock = max(clock, reach.start[instr.send]) + instr.count
-            if clock > reach.finish[instr.send]:
-                return False
     return True
 
 
