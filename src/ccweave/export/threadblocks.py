@@ -46,13 +46,24 @@ class Layout:
 
 
 def assign(program: Program, reach: Reach | None = None) -> Layout:
-    """Pair peers, order the steps (undoing fusions that would deadlock), lay out.
-    ``reach``: the schedule's dependency paths (made here if not given)."""
+    """Pair peers, order the steps (undoing fusions that would deadlock), lay out; where
+    a threadblock of fused pairs, in the order its steps run, falls behind the schedule
+    (:func:`keeps_pace`), undo its fusions and lay out again. ``reach``: the schedule's
+    dependency paths (made here if not given)."""
     order = transfer_order(program.schedule.transfers)
     if reach is None:
         reach = Reach(program.schedule.transfers, order)
     position = {t: p for p, t in enumerate(order)}
     _keep_pairs(program, reach, position)
+    order = _schedule(program, position)
+    layout = _layout(program, {i: k for k, i in enumerate(order)}, reach)
+    behind = [i for blocks in layout.tbs for tb in blocks if tb.send >= 0 and tb.recv >= 0
+              and not keeps_pace(program, list(tb.instrs), reach)
+              for i in tb.instrs if program.instrs[i].parts is not None]
+    if not behind:
+        return layout
+    for i in behind:  # in the order the steps run, the pair falls behind: undo it
+        program.unfuse(i)
     order = _schedule(program, position)
     return _layout(program, {i: k for k, i in enumerate(order)}, reach)
 
