@@ -39,8 +39,10 @@ from ccweave.units import parse_size
 
 IN, OUT = Buffer.INPUT, Buffer.OUTPUT
 
-MAX_RANKS = 64
-"""Ranks at most: the paths of every pair are searched (Yen's), n(n-1) of them."""
+MAX_RANKS = 16
+"""Ranks at most (one server: DGX-2 has 16 GPUs): the routes of every pair are searched
+(Yen's), n(n-1) of them; at 32 ranks that took 2-4 s, at 64 ranks 16-19 s, before a zoo
+machine was found to have nothing to split over."""
 STAGED_CHANNELS = 2
 """Channels (host buffers) a staged part's chunks alternate between."""
 IN_FLIGHT = 8
