@@ -250,20 +250,20 @@ def relabel_schedule(schedule: Schedule, perm: tuple[int, ...]) -> Schedule:
     def index(buffer: Buffer, i: int) -> int:
         return perm[i // c] * c + i % c if moves(buffer) else i
 
-    out: list[Transfer] = []
-    new_ids: list[tuple[int, ...]] = []
+    pieces: list[list[tuple[int, int]]] = []  # per transfer: (offset, count) of each part
     for t in schedule.transfers:
         cuts = sorted({0, t.count} | {
             k for k in range(1, t.count) for buffer, i in
             ((t.src_buffer, t.src_index), (t.dst_buffer, t.dst_index))
             if index(buffer, i + k) != index(buffer, i + k - 1) + 1})
-        deps = tuple(sorted({d for old in t.deps for d in new_ids[old]}))
-        ids = []
-        for lo, hi in itertools.pairwise(cuts):
-            ids.append(len(out))
+        pieces.append([(lo, hi - lo) for lo, hi in itertools.pairwise(cuts)])
+    first = list(itertools.accumulate((len(p) for p in pieces), initial=0))
+    out: list[Transfer] = []
+    for n, t in enumerate(schedule.transfers):  # deps may name later transfers
+        deps = tuple(sorted(first[d] + k for d in t.deps for k in range(len(pieces[d]))))
+        for lo, count in pieces[n]:
             out.append(replace(t, src=perm[t.src], dst=perm[t.dst],
                                src_index=index(t.src_buffer, t.src_index + lo),
                                dst_index=index(t.dst_buffer, t.dst_index + lo),
-                               count=hi - lo, deps=deps))
-        new_ids.append(tuple(ids))
+                               count=count, deps=deps))
     return replace(schedule, transfers=tuple(out))
