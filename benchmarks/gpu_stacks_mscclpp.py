@@ -24,8 +24,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from ccweave.errors import CCWeaveError
-from ccweave.export import mscclpp
-from ccweave.export.msccl_xml import from_xml, to_xml
+from ccweave.export import msccl_spec as spec
+from ccweave.export import mscclpp, passes
+from ccweave.export.msccl_xml import estimate_sizes, from_xml, to_xml
 from ccweave.export.mscclpp_write import ExportOptions
 from ccweave.simulate import simulate
 from ccweave.synth import strategies, synthesize
@@ -217,8 +218,32 @@ def _xml_loss(schedule, topology, xml, unpinned) -> list[str]:
             beside = f"spread over 16 channels it is refused: {str(error)[:90]}"
         lost.append("MSCCL XML runs a threadblock's steps one after another, an order the "
                     f"schedule does not have: {_times(rest)} the schedule"
-                    f"{' without its routes' if unpinned is not None else ''} ({beside})")
+                    f"{' without its routes' if unpinned is not None else ''} ({beside}); "
+                    + _limits(schedule, topology))
     return lost
+
+
+def _limits(schedule, topology) -> str:
+    """How much of MSCCL's room the export took: channels, threadblocks a GPU (those
+    another can wait on: 128), lanes a connection and their caps, local threadblocks."""
+    lowered = passes.run(schedule, topology, estimate_sizes(0, None))
+    channels = 1 + max(t.channel for t in lowered.schedule.transfers)
+    blocks = max(len(rank) for rank in lowered.layout.tbs)
+    local = max(sum(tb.send < 0 and tb.recv < 0 for tb in rank) for rank in lowered.layout.tbs)
+    lanes: dict[tuple[int, int], set[int]] = {}
+    for t in lowered.schedule.transfers:
+        if not t.is_local:
+            lanes.setdefault((t.src, t.dst), set()).add(t.channel)
+    widest = max(map(len, lanes.values()), default=1)
+    full = [f"{channels}/{spec.MAX_CHANNELS} channels"] if channels >= spec.MAX_CHANNELS else []
+    if blocks > spec.MAX_DEPID:
+        full.append(f"{blocks} threadblocks a GPU, past the {spec.MAX_DEPID + 1} a step can "
+                    f"wait on ({local} left for local steps)")
+    if lowered.longest is not None:
+        full.append(f"lanes held to {lowered.longest} transfers for {spec.MAX_STEPS} steps")
+    said = "at MSCCL's limits: " + ", ".join(full) if full else "within MSCCL's limits"
+    return (f"the export: {channels} channels, up to {blocks} threadblocks a GPU ({local} "
+            f"local), up to {widest} channels a peer pair; {said}")
 
 
 def _times(ratios) -> str:
@@ -270,8 +295,15 @@ def _summary(rows) -> None:
             routes = sum(any("pinned routes" in line for line in r["xml_lost"]) for r in missed)
             order = sum(any("threadblock's steps" in line for line in r["xml_lost"])
                         for r in missed)
+            limits = sum(any("at MSCCL's limits" in line for line in r["xml_lost"])
+                         for r in missed)
+            refused = [r for r in rows if "refused" in r[fmt]]
             print(f"      of the {len(missed)} past {TOLERANCE:.0%}: {routes} lose pinned routes, "
-                  f"{order} a threadblock's order (each 'lost:' line above says how much)")
+                  f"{order} a threadblock's order ({limits} of them with the export at "
+                  "MSCCL's limits); each 'lost:' line above says how much")
+            for r in refused:
+                print(f"      refused: {r['machine']} {r['strategy']} {r['collective']} "
+                      f"({r['transfers']} transfers): {r[fmt]['refused'][:160]}")
         key = "mscclpp_unpinned" if fmt == "mscclpp" else "xml_unpinned"
         unpinned = [r for r in rows if r[key]]
         if unpinned:
