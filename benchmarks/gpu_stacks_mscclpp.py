@@ -26,6 +26,7 @@ from pathlib import Path
 from ccweave.errors import CCWeaveError
 from ccweave.export import msccl_spec as spec
 from ccweave.export import mscclpp, passes
+from ccweave.export.lowering import lower, split_counts
 from ccweave.export.msccl_xml import estimate_sizes, from_xml, to_xml
 from ccweave.export.mscclpp_write import ExportOptions
 from ccweave.simulate import simulate
@@ -210,6 +211,12 @@ def _xml_loss(schedule, topology, xml, unpinned) -> list[str]:
                     f"schedule without them takes {_times(bare)} the schedule's time")
         rest = unpinned
     if any(abs(r - 1) > TOLERANCE for r in rest):
+        local = _ratios(_gpu_local(base), base, topology)
+        if any(abs(r - 1) > TOLERANCE for r in local):
+            lost.append("MSCCL XML orders steps only within a GPU: with each wait on another "
+                        "GPU's transfer replaced by what that GPU's own steps wait on, the "
+                        f"schedule{' without its routes' if unpinned is not None else ''} "
+                        f"takes {_times(local)} its time")
         try:
             spread = _ratios(from_xml(to_xml(_spread(schedule), topology=topology)), base,
                              topology)
@@ -221,6 +228,22 @@ def _xml_loss(schedule, topology, xml, unpinned) -> list[str]:
                     f"{' without its routes' if unpinned is not None else ''} ({beside}); "
                     + _limits(schedule, topology))
     return lost
+
+
+def _gpu_local(schedule):
+    """``schedule`` with only the waits MSCCL XML can say: a transfer waits on the
+    transfers its steps on its own GPUs are anchored on (the lowering's anchors), not on
+    transfers of other GPUs."""
+    sched = split_counts(schedule)
+    program = lower(sched)
+    carried = {i: t for t, i in program.send_of.items()}
+    carried.update({i: t for t, i in program.recv_of.items()})
+    rows = []
+    for index, t in enumerate(sched.transfers):
+        steps = {program.send_of[index], program.recv_of[index]}
+        deps = sorted({carried[a] for step in steps for a in program.anchors[step]} - {index})
+        rows.append(replace(t, deps=tuple(deps)))
+    return replace(sched, transfers=tuple(rows))
 
 
 def _limits(schedule, topology) -> str:
@@ -236,7 +259,7 @@ def _limits(schedule, topology) -> str:
             lanes.setdefault((t.src, t.dst), set()).add(t.channel)
     widest = max(map(len, lanes.values()), default=1)
     full = [f"{channels}/{spec.MAX_CHANNELS} channels"] if channels >= spec.MAX_CHANNELS else []
-    if blocks > spec.MAX_DEPID:
+    if blocks > spec.MAX_DEPID + 1:
         full.append(f"{blocks} threadblocks a GPU, past the {spec.MAX_DEPID + 1} a step can "
                     f"wait on ({local} left for local steps)")
     if lowered.longest is not None:
@@ -297,10 +320,13 @@ def _summary(rows) -> None:
                         for r in missed)
             limits = sum(any("at MSCCL's limits" in line for line in r["xml_lost"])
                          for r in missed)
+            local = sum(any("only within a GPU" in line for line in r["xml_lost"])
+                        for r in missed)
             refused = [r for r in rows if "refused" in r[fmt]]
             print(f"      of the {len(missed)} past {TOLERANCE:.0%}: {routes} lose pinned routes, "
-                  f"{order} a threadblock's order ({limits} of them with the export at "
-                  "MSCCL's limits); each 'lost:' line above says how much")
+                  f"{local} waits on other GPUs, {order} a threadblock's order ({limits} of "
+                  "them with the export at MSCCL's limits); each 'lost:' line above says how "
+                  "much")
             for r in refused:
                 print(f"      refused: {r['machine']} {r['strategy']} {r['collective']} "
                       f"({r['transfers']} transfers): {r[fmt]['refused'][:160]}")
