@@ -173,3 +173,18 @@ def test_the_machine_tells_which_transfers_run_at_once(machine, name):
                                      for size in (2**20, 256 * 2**20)]
     assert max(abs(r - 1) for r in ratios[False]) > 0.02
     assert max(abs(r - 1) for r in ratios[True]) <= 0.02, ratios
+
+
+def test_a_chunk_forwarded_to_two_peers_is_not_held_up_by_a_fused_step():
+    """dgx1's trees allgather forwards a received chunk to two peers: fused with the
+    first send, the receive made the second wait for that send too (1.12x at 1 MB, 1.14x
+    at 256 MB, against the schedule without its routes); left apart it reads back within
+    2%."""
+    topo = zoo.get("dgx1")
+    sched = synthesize(topo, "allgather", "trees")
+    unpinned = replace(sched, transfers=tuple(replace(t, via=None) for t in sched.transfers))
+    back = from_xml(to_xml(sched, topology=topo))
+    assert check(back, topo).ok
+    for size in (2**20, 256 * 2**20):
+        ratio = simulate(back, topo, size).time_s / simulate(unpinned, topo, size).time_s
+        assert abs(ratio - 1) <= 0.02, (size, ratio)

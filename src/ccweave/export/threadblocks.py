@@ -113,7 +113,10 @@ def _keep_pairs(program: Program, reach: Reach, position: dict[int, int]) -> Non
     """A threadblock has one recv and one send peer: per rank and channel, keep the
     (recv, send) pairs with the most fused steps, each peer used once, where the
     threadblock they make (with the other steps from the recv peer and to the send peer)
-    keeps pace with the schedule (:func:`keeps_pace`); undo the others."""
+    keeps pace with the schedule (:func:`keeps_pace`); undo the others, and any fused
+    step that holds up another use of what it received (:func:`_holds_up`)."""
+    for i in _holds_up(program, reach):
+        program.unfuse(i)
     groups: dict[tuple[int, int], Counter] = defaultdict(Counter)
     for i in _fused(program):
         f = program.instrs[i]
@@ -145,6 +148,30 @@ def _keep_pairs(program: Program, reach: Reach, position: dict[int, int]) -> Non
         f = program.instrs[i]
         if (f.rank, f.channel, f.recv_peer, f.send_peer) not in accepted:
             program.unfuse(i)
+
+
+def _holds_up(program: Program, reach: Reach) -> list[int]:
+    """Fused steps whose send would delay a step of another threadblock of their GPU
+    that waits on what they received (a chunk forwarded to two peers: the second send
+    waits on the whole fused step, its first send included), by any of
+    :meth:`.lanes.Reach.estimates`."""
+    transfers = program.schedule.transfers
+    users: dict[int, list[int]] = defaultdict(list)
+    for index, deps in enumerate(reach.deps):
+        for dep in deps:
+            users[dep].append(index)
+    found = []
+    for i in _fused(program):
+        f = program.instrs[i]
+        assert f.recv is not None and f.send is not None
+        mine = {(f.recv_peer, f.rank), (f.rank, f.send_peer)}  # its threadblock's own
+        others = [u for u in users[f.recv] if u != f.send
+                  and f.rank in (transfers[u].src, transfers[u].dst)
+                  and (transfers[u].src, transfers[u].dst) not in mine]
+        if any(finish[f.send] > start[u] * SLACK
+               for start, finish in reach.estimates() for u in others):
+            found.append(i)
+    return found
 
 
 def _schedule(program: Program, position: dict[int, int]) -> list[int]:
