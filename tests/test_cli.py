@@ -378,3 +378,16 @@ def test_a_ctrl_c_python_swallowed_still_stops_the_command(monkeypatch, capsys):
     assert code == 130 and err == "ccweave: interrupted (SIGINT)\n"
     monkeypatch.setattr(topo, "run_show", real)
     assert run(capsys, "topo", "show", "ring:4")[0] == 0  # nothing pending afterwards
+
+
+@pytest.mark.parametrize("argv", [["run", "ring:4", "allreduce", "--sizes", "4KB"],
+                                  ["run", "ring:4", "allreduce", "--option", "chunks=two"]])
+def test_a_command_that_needs_torch_says_so_in_one_line_where_torch_is_missing(argv):
+    """``pip install ccweave`` leaves torch out; ``run`` then names it and the fix (it was
+    a ModuleNotFoundError traceback from runtime/measure.py)."""
+    block = "import sys; sys.modules['torch'] = None; from ccweave.cli import main; "
+    proc = subprocess.run([sys.executable, "-c", block + f"sys.exit(main({argv!r}))"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "needs torch" in proc.stderr and "pip install 'ccweave[torch]'" in proc.stderr

@@ -21,6 +21,13 @@ from ccweave import __version__, _startup, commands, interrupts  # noqa: F401 (_
 from ccweave.errors import CCWeaveError, Interrupted, OutputError, printable, say
 from ccweave.runtime.job import LAUNCHER_PID
 
+OPTIONAL_PACKAGES = {
+    "torch": "pip install 'ccweave[torch]' (scripts/setup.sh pins the CPU build, torch==2.13.0)",
+    "mpi4py": "pip install 'ccweave[mpi]' (and Open MPI: apt-get install openmpi-bin "
+              "libopenmpi-dev)",
+}
+"""Extras a command may need that ``pip install ccweave`` leaves out, and how to add them."""
+
 
 def _command_modules(argv: list[str] | None = None) -> list:
     """The command modules, in ``ORDER``; only the one ``argv`` names when it names one
@@ -130,6 +137,13 @@ def main(argv: list[str] | None = None) -> int:
         interrupts.forget()
         say("ccweave: interrupted")
         return 130
+    except ModuleNotFoundError as error:
+        fix = OPTIONAL_PACKAGES.get((error.name or "").partition(".")[0])
+        if fix is None:
+            raise
+        say(f"ccweave: error: this command needs {error.name}, which this Python "
+            f"({sys.executable}) cannot import: {fix}")
+        return 2
     except BrokenPipeError:
         if not _stdout_closed():
             raise
