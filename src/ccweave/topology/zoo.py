@@ -1,7 +1,8 @@
 """Built-in machines: the literature's GPU servers and generic shapes.
 
-Figures come from ``shared/reference/topologies.md``; where a source gives two, the
-one taken is named in the machine's ``source``. ``NAME:K`` joins K copies of a server
+Figures come from the vendors' published architecture figures and the papers that
+measured the machines; where two sources differ, the one taken is named in the
+machine's ``source``. ``NAME:K`` joins K copies of a server
 through its NICs on one non-blocking network switch (``net``). Generic shapes
 (``ring:N``, ``fully-connected:N``, ``switch:N``, ``mesh:AxB``, ``torus:AxB[xC]``,
 ``hypercube:D``) use TACOS' test figures: 50 GiB/s and 0.5 us per link.
