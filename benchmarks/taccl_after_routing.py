@@ -183,6 +183,8 @@ def sketches(before: str | None) -> list[dict[str, object]]:
                "twin_routings": [{k: r.get(k) for k in ("method", "makespan_us",
                                                          "lowered_us", "note")}
                                  for r in twin.metadata["taccl"]["routings"]],
+               "labels": schedule.metadata.get("labels"),
+               "twin_labels": twin.metadata.get("labels"),
                "heuristic": report["ordering"]["heuristic"], "synth_s": seconds,
                "load": load(), "schedule": schedule, "case": c, "kind": kind}
         rows.append(row)
