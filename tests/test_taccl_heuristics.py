@@ -59,7 +59,7 @@ def test_every_heuristic_has_its_taccl_number_and_is_an_option():
     assert numbers == {"earliest-start": 15, "longest-remaining": 10, "own-node-first": 14,
                        "longest-remaining-sources-first": 11,
                        "longest-remaining-own-node": 13, "backward": 5,
-                       "solver-times": None}
+                       "longest-remaining-insertion": None, "solver-times": None}
     for h in Heuristic:
         assert TacclOptions.parse({"ordering": h.value}).heuristics() == (h,)
     assert TacclOptions.parse({"ordering": "best"}).heuristics() is None

@@ -536,7 +536,8 @@ def _ordering_score(logical: LogicalTopology, chunk_bytes: float
 
 ORDER_PREFERENCE = (Heuristic.EARLIEST_START, Heuristic.OWN_NODE_FIRST, Heuristic.BACKWARD,
                     Heuristic.SOLVER_TIMES, Heuristic.LONGEST_REMAINING,
-                    Heuristic.LONGEST_SOURCES_FIRST, Heuristic.LONGEST_OWN_NODE)
+                    Heuristic.LONGEST_SOURCES_FIRST, Heuristic.LONGEST_OWN_NODE,
+                    Heuristic.INSERTION)
 """The order ``ordering=best`` tries heuristics in (the time limit may cut the last):
 those that won most often in benchmarks/taccl.py first."""
 

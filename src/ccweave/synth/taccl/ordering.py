@@ -48,6 +48,12 @@ class Heuristic(str, enum.Enum):
     that can end latest, the last hops of the paths before the hops that feed them, ties
     to the chunk with the least way to go and the longest way travelled (TACCL's
     heuristic 5, its choice for one-node NVLink sketches)."""
+    INSERTION = "longest-remaining-insertion"
+    """The longest way still to go (a relay's fan-out through one port counted one send
+    after another), ties to the earliest start, each send placed in the earliest idle gap
+    of its connection and links that fits it after its chunk arrived, then improved by
+    backward-forward passes (:mod:`~ccweave.synth.taccl.ordering_insertion`; not one of
+    TACCL's: its heuristics append to a link and never fill an idle gap)."""
     SOLVER_TIMES = "solver-times"
     """The routing MILP's send times, ties to the longest way to go (the order TACCL's
     routing stage hands on); only after the MILP routing."""
@@ -61,7 +67,8 @@ class Heuristic(str, enum.Enum):
     @property
     def taccl_number(self) -> int | None:
         """The heuristic's number in TACCL's ``heuristic_ordering.py`` (``None``: the
-        routing MILP's own times, which TACCL's numbered heuristics sort by first)."""
+        routing MILP's own times, which TACCL's numbered heuristics sort by first, or
+        insertion, which is not TACCL's)."""
         return _TACCL_NUMBERS.get(self)
 
 
@@ -120,6 +127,10 @@ def order(logical: LogicalTopology, routing: Routing, chunk_bytes: float,
         raise ValueError("the solver-times ordering needs the MILP routing's send times")
     if heuristic is Heuristic.BACKWARD:
         return _backward(logical, routing, chunk_bytes)
+    if heuristic is Heuristic.INSERTION:
+        from ccweave.synth.taccl.ordering_insertion import insertion  # it imports this
+
+        return insertion(logical, routing, chunk_bytes)
     sends = sends_of(routing)
     count = len(sends)
     edges = logical.edges
