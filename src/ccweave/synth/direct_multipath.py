@@ -18,11 +18,12 @@ at option ``size``.
 from __future__ import annotations
 
 import numpy as np
-import scipy.optimize
+import scipy.sparse
 
 from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import NotApplicableError, SolverError
 from ccweave.limits import MAX_CHUNKS_PER_RANK
+from ccweave.lp import LinearProgram, solve
 from ccweave.multipath.p2p import apportion
 from ccweave.multipath.paths import Path, find_paths
 from ccweave.schedule import Schedule, ScheduleBuilder
@@ -101,7 +102,7 @@ Shares = dict[tuple[int, int], list[tuple[Path, float]]]
 
 def _shares(topology: Topology, pairs: list[tuple[int, int]]) -> Shares:
     """Per pair, its one-hop routes with the share of its block each carries: the
-    concurrent-flow LP of the module docstring (HiGHS via scipy)."""
+    concurrent-flow LP of the module docstring (HiGHS, :func:`ccweave.lp.solve`)."""
     routes = {pair: [p for p in find_paths(topology, *pair, max_relays=0) if len(p.hops) == 1]
               for pair in pairs}
     if all(len(found) < 2 for found in routes.values()):
@@ -123,21 +124,24 @@ def _shares(topology: Topology, pairs: list[tuple[int, int]]) -> Shares:
         equal[row[pair], j] = 1.0
     cost = np.zeros(t + 1)
     cost[t] = 1.0
-    result = scipy.optimize.linprog(cost, A_ub=load, b_ub=np.zeros(e), A_eq=equal,
-                                    b_eq=np.ones(len(pairs)), bounds=(0, None),
-                                    method="highs")
-    if result.status != 0:
+    rows_upper = np.concatenate([np.zeros(e), np.ones(len(pairs))])
+    rows_lower = np.concatenate([np.full(e, -np.inf), np.ones(len(pairs))])
+    program = LinearProgram(cost, scipy.sparse.csr_array(np.vstack([load, equal])),
+                            rows_lower, rows_upper, np.zeros(t + 1), np.full(t + 1, np.inf))
+    try:
+        x = solve(program)
+    except SolverError as error:
         raise SolverError(f"direct-multipath on {topology.name!r}: the share LP failed "
-                          f"({result.message})")
+                          f"({error})") from None
     direct = max(float((load[:, [j for j, (_, p) in enumerate(columns) if p.is_direct]]
                         .sum(axis=1) / -load[:, t]).max()), 0.0)
-    if not result.x[t] < direct * (1 - MIN_GAIN):
+    if not x[t] < direct * (1 - MIN_GAIN):
         raise NotApplicableError(f"strategy 'direct-multipath': on {topology.name!r} no "
                                  "route beside the cheapest ones makes the pairs faster "
                                  "(use direct)")
     shares: Shares = {pair: [] for pair in pairs}
     for j, (pair, path) in enumerate(columns):
-        shares[pair].append((path, float(result.x[j])))
+        shares[pair].append((path, float(x[j])))
     return shares
 
 
