@@ -11,8 +11,9 @@ from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import InputError
 from ccweave.export import check_xml, export_plan, from_xml, passes, to_xml
 from ccweave.export.dependencies import infer
-from ccweave.export.fusion import fuse
-from ccweave.export.lowering import lower, split_counts
+from ccweave.export.fusion import forwards, fuse
+from ccweave.export.lanes import Reach
+from ccweave.export.lowering import lower, split_counts, transfer_order
 from ccweave.export.msccl_spec import (
     MAX_CHANNELS,
     MAX_COUNT,
@@ -24,7 +25,7 @@ from ccweave.export.msccl_xml import CONFIG_NAME, OPEN_MAX_BYTES, SCRATCH_MAX_BY
 from ccweave.export.passes import fewest_elements
 from ccweave.export.threadblocks import assign
 from ccweave.plan import Plan, PlanEntry
-from ccweave.schedule import ScheduleBuilder
+from ccweave.schedule import Schedule, ScheduleBuilder, Transfer
 from ccweave.synth import synthesize
 from ccweave.topology import zoo
 from ccweave.verify import check
@@ -265,3 +266,55 @@ def test_a_connection_gets_no_more_lanes_than_msccl_has_channels(monkeypatch):
     monkeypatch.setattr(passes, "deal", lambda *a: caps.append(a[4]) or real(*a))
     to_xml(_independent_allgather(MAX_STEPS + 10))
     assert caps and all(cap is not None and cap <= MAX_CHANNELS for cap in caps)
+
+
+def _awaited_both_ways(ranks: int, lanes: int, channels: bool = True) -> Schedule:
+    """Each rank sends ``lanes`` chunks at once to every other (each on a channel of its
+    own, or all on channel 0 with ``channels=False``); what arrives is copied on locally
+    (a step waits on each receive) and each sent slot is overwritten once sent (a step
+    waits on each send): every peer threadblock is waited on."""
+    per = (ranks - 1) * lanes
+    rows: list[Transfer] = []
+    for r in range(ranks):
+        for k, p in enumerate(q for q in range(ranks) if q != r):
+            back = [q for q in range(ranks) if q != p].index(r)
+            for c in range(lanes):
+                sent = len(rows)
+                rows.append(Transfer(r, p, S, k * lanes + c, S, per + back * lanes + c,
+                                     channel=c if channels else 0))
+                rows.append(Transfer(p, p, S, per + back * lanes + c, O, back * lanes + c,
+                                     deps=(sent,)))
+                rows.append(Transfer(r, r, I, k * lanes + c, S, k * lanes + c,
+                                     deps=(sent,)))
+    return Schedule(Collective(Kind.ALLGATHER, ranks, per), tuple(rows), 2 * per)
+
+
+def test_waited_on_threadblocks_past_what_a_wait_can_name_share_send_and_receive_peers():
+    """3 peers x 2 directions x 24 channels = 144 threadblocks, all waited on, within
+    MSCCL's 216 but past the 128 a wait can name: send and receive peers share
+    threadblocks (72), as they do past 216, instead of the export being refused."""
+    sched = _awaited_both_ways(4, 24)
+    text = to_xml(sched)
+    blocks = ET.fromstring(text).findall("gpu")[0].findall("tb")
+    assert len(blocks) <= 128
+    assert sum(tb.get("send") != "-1" and tb.get("recv") != "-1" for tb in blocks) == 72
+    assert len(from_xml(text).transfers) == len(sched.transfers)
+
+
+def test_lanes_held_for_a_limit_are_the_most_that_fit_and_say_which_limit():
+    """5 peers, 28 chunks each way at once on one schedule channel: a lane each would
+    need 140 threadblocks waited on (send and receive peers paired), past the 128 a
+    wait can name. The lanes are held to the most that fit (found by bisection, not
+    only by halving), and the lowering says which limit held them, which
+    benchmarks/gpu_stacks.py prints (it read 'within MSCCL's limits' before)."""
+    sched = split_counts(_awaited_both_ways(6, 28, channels=False))
+    held = passes.run(sched)
+    assert held.overflow == ""
+    assert "a wait on threadblock 128 or later" in held.held_by
+    assert passes._attempt(sched, *_dealing(sched), held.capped + 1, None).overflow
+    assert passes.run(_chain(count=4)).held_by == ""
+
+
+def _dealing(sched: Schedule):
+    order = transfer_order(sched.transfers)
+    return order, Reach(sched.transfers, order), forwards(sched, order)

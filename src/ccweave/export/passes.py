@@ -12,7 +12,7 @@ the cap wait on each other.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ccweave.export import msccl_spec as spec
 from ccweave.export.dependencies import Step, infer
@@ -38,7 +38,8 @@ class Lowered:
     MSCCL channels), its instructions, threadblocks and steps; ``capped``: the lanes a
     connection was held to (at most one a channel MSCCL has; ``None``: no cap) and
     ``longest`` the transfers a lane was held to; ``overflow``: the limit the result still
-    breaks ('' if none)."""
+    breaks ('' if none); ``held_by``: the limit the wider lanes tried before broke, for
+    which they were held to ``capped`` ('' if none was)."""
 
     schedule: Schedule
     program: Program
@@ -47,6 +48,7 @@ class Lowered:
     capped: int | None
     longest: int | None
     overflow: str
+    held_by: str = ""
 
 
 def run(schedule: Schedule, topology: Topology | None = None,
@@ -69,24 +71,47 @@ def run(schedule: Schedule, topology: Topology | None = None,
     reach = Reach(sched.transfers, order, timed)
     most: int | None = spec.MAX_CHANNELS // channel_groups(sched.num_ranks)
     longest: int | None = None
+    broke = ""
+    wider: int | None = None  # the narrowest cap that broke a limit other than steps
     for _ in range(TRIES):
         most = _fitting(sched, order, reach, fwd, most, longest)
         result = _attempt(sched, order, reach, fwd, most, longest)
         if not result.overflow:
-            return result
+            if wider is not None and most is not None:
+                result = _widest_fitting(sched, order, reach, fwd, result, wider, longest)
+            return replace(result, held_by=broke)
+        broke = result.overflow
         if result.overflow.endswith(STEPS):
             longest = _shorter(result, longest)
         elif most == 1:
             break
         else:
+            wider = most
             most = max(1, min(most or spec.MAX_CHANNELS, _widest(result.schedule)) // 2)
     if (result.capped, result.longest) == (1, None):
         return result  # the last attempt was the fallback itself
-    return _attempt(sched, order, reach, fwd, 1, None)
+    return replace(_attempt(sched, order, reach, fwd, 1, None), held_by=broke)
 
 
 TRIES = 6
 """Attempts at fitting lanes within MSCCL's limits before one lane per connection."""
+
+
+def _widest_fitting(sched: Schedule, order: list[int], reach: Reach, fwd: dict[int, int],
+                    fitting: Lowered, wider: int, longest: int | None) -> Lowered:
+    """Between ``fitting``'s cap and ``wider`` (a cap that broke a limit), the lowering
+    with the most lanes that fits, by bisection: halving the cap skips the caps between
+    (dgx-a100:2's trees allreduce broke MSCCL's limits at 6 lanes, fitted at 3 and 4)."""
+    low, high = fitting.capped or 1, wider - 1
+    best = fitting
+    while low < high:
+        middle = (low + high + 1) // 2
+        result = _attempt(sched, order, reach, fwd, middle, longest)
+        if result.overflow:
+            high = middle - 1
+        else:
+            low, best = middle, result
+    return best
 
 
 def fewest_elements(sched: Schedule) -> int:

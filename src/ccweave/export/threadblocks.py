@@ -279,21 +279,35 @@ def _rank_blocks(program: Program, instrs: list[int], key: dict[int, int],
     msccl-tools, then the local ones; threadblocks another waits on first (a wait names
     threadblocks 0..127 only). A peer gets threadblocks of its own (steps of different
     peers in one threadblock would wait on each other); only past MSCCL's threadblock
-    limit are send and receive peers paired up."""
+    limit, or where more threadblocks are waited on than a wait can name, are send and
+    receive peers paired up."""
     local = sorted((i for i in instrs if program.instrs[i].send_peer < 0
                     and program.instrs[i].recv_peer < 0), key=key.__getitem__)
     remote = [i for i in instrs if program.instrs[i].send_peer >= 0
               or program.instrs[i].recv_peer >= 0]
-    blocks = _blocks(program, remote, key, merge=False)
-    if len(blocks) > spec.MAX_THREADBLOCKS:
-        blocks = _blocks(program, remote, key, merge=True)
+    blocks, awaited = _laid(program, remote, local, key, reach, merge=False)
+    if len(blocks) - len(_local(blocks)) > spec.MAX_THREADBLOCKS \
+            or len(awaited) > spec.MAX_DEPID + 1:
+        blocks, awaited = _laid(program, remote, local, key, reach, merge=True)
+    return tuple(blocks[k] for k in sorted(range(len(blocks)), key=lambda k: k not in awaited))
+
+
+def _local(blocks: list[Threadblock]) -> list[Threadblock]:
+    return [tb for tb in blocks if tb.send < 0 and tb.recv < 0]
+
+
+def _laid(program: Program, remote: list[int], local: list[int], key: dict[int, int],
+          reach: Reach, merge: bool) -> tuple[list[Threadblock], set[int]]:
+    """The threadblocks of one rank's steps (``merge``: send and receive peers paired),
+    and the indices of those another threadblock waits on."""
+    blocks = _blocks(program, remote, key, merge=merge)
     blocks.sort(key=lambda tb: (tb.send, tb.recv, tb.chan))
     room = max(1, min(spec.MAX_DEPID + 1, spec.MAX_THREADBLOCKS) - len(blocks))
     blocks += _local_blocks(program, local, reach, room)
     where = {i: k for k, tb in enumerate(blocks) for i in tb.instrs}
     awaited = {where[a] for k, tb in enumerate(blocks) for i in tb.instrs
                for a in program.waits(i) if where.get(a, k) != k}
-    return tuple(blocks[k] for k in sorted(range(len(blocks)), key=lambda k: k not in awaited))
+    return blocks, awaited
 
 
 def _local_blocks(program: Program, local: list[int], reach: Reach,
