@@ -25,10 +25,16 @@ from pathlib import Path
 
 from ccweave.errors import CCWeaveError
 from ccweave.export import msccl_spec as spec
-from ccweave.export import mscclpp, passes
-from ccweave.export.lowering import lower, split_counts
+from ccweave.export import msccl_xml, mscclpp, passes
+from ccweave.export.emit import emit_tree
+from ccweave.export.fusion import forwards
+from ccweave.export.lanes import Reach, timings
+from ccweave.export.lowering import channel_groups, lower, split_counts, transfer_order
 from ccweave.export.msccl_xml import estimate_sizes, from_xml, to_xml
 from ccweave.export.mscclpp_write import ExportOptions
+from ccweave.export.problems import Severity
+from ccweave.export.xml_check import analyze
+from ccweave.export.xml_import import from_analysis
 from ccweave.simulate import simulate
 from ccweave.synth import strategies, synthesize
 from ccweave.topology import zoo
@@ -223,11 +229,43 @@ def _xml_loss(schedule, topology, xml, unpinned) -> list[str]:
             beside = f"every transfer spread over 16 channels: {_times(spread)}"
         except CCWeaveError as error:
             beside = f"spread over 16 channels it is refused: {str(error)[:90]}"
+        lowered = passes.run(schedule, topology, estimate_sizes(0, None))
         lost.append("MSCCL XML runs a threadblock's steps one after another, an order the "
                     f"schedule does not have: {_times(rest)} the schedule"
                     f"{' without its routes' if unpinned is not None else ''} ({beside}); "
-                    + _limits(schedule, topology))
+                    + _limits(lowered))
+        if lowered.held_by:
+            ratios, broke = _unheld(schedule, topology, base)
+            lost.append(f"lanes held to {lowered.capped} a connection because more broke "
+                        f"MSCCL's limits ({lowered.held_by}): with the lanes it tried first "
+                        f"(one for every transfer the schedule runs at once, within the "
+                        f"channels; it breaks {broke or 'none'}), the XML reads back at "
+                        f"{_times(ratios)} the schedule"
+                        f"{' without its routes' if unpinned is not None else ''}")
     return lost
+
+
+def _unheld(schedule, topology, base) -> tuple[list[float], str]:
+    """The XML of ``schedule`` with the lanes the export tries first (a lane for each
+    transfer the schedule runs at once, as many as MSCCL's channels allow), read back
+    with MSCCL's other limits aside: its time against ``base``'s, and the first limit it
+    breaks ('' if none). What holding the lanes to those limits cost."""
+    sched = split_counts(schedule)
+    order = transfer_order(sched.transfers)
+    reach = Reach(sched.transfers, order, timings(sched, topology, estimate_sizes(0, None)))
+    fwd = forwards(sched, order)
+    first = spec.MAX_CHANNELS // channel_groups(sched.num_ranks)
+    most = passes._fitting(sched, order, reach, fwd, first, None)
+    low = passes._attempt(sched, order, reach, fwd, most, None)
+    coll = spec.COLL_NAMES[spec.Runtime.MSCCL].get(sched.collective.kind)
+    header = msccl_xml._header(low.schedule, msccl_xml.DEFAULT_PROTO, spec.Runtime.MSCCL, coll,
+                               0, None, None)
+    root = emit_tree(low.program, low.layout, low.steps, header,
+                     msccl_xml._chunks(low.schedule, coll is None))
+    analysis = analyze(root, spec.Runtime.MSCCL)
+    malformed = [p for p in analysis.problems if p.severity is Severity.MALFORMED]
+    back = from_analysis(analysis, "unheld lanes", malformed)
+    return _ratios(back, base, topology), low.overflow
 
 
 def _gpu_local(schedule):
@@ -246,10 +284,10 @@ def _gpu_local(schedule):
     return replace(sched, transfers=tuple(rows))
 
 
-def _limits(schedule, topology) -> str:
+def _limits(lowered: passes.Lowered) -> str:
     """How much of MSCCL's room the export took: channels, threadblocks a GPU (those
-    another can wait on: 128), lanes a connection and their caps, local threadblocks."""
-    lowered = passes.run(schedule, topology, estimate_sizes(0, None))
+    another can wait on: 128), lanes a connection and their caps (and the limit wider
+    lanes broke), local threadblocks."""
     channels = 1 + max(t.channel for t in lowered.schedule.transfers)
     blocks = max(len(rank) for rank in lowered.layout.tbs)
     local = max(sum(tb.send < 0 and tb.recv < 0 for tb in rank) for rank in lowered.layout.tbs)
@@ -262,6 +300,9 @@ def _limits(schedule, topology) -> str:
     if blocks > spec.MAX_DEPID + 1:
         full.append(f"{blocks} threadblocks a GPU, past the {spec.MAX_DEPID + 1} a step can "
                     f"wait on ({local} left for local steps)")
+    if lowered.held_by:
+        full.append(f"lanes held to {lowered.capped} a connection (wider ones broke: "
+                    f"{lowered.held_by})")
     if lowered.longest is not None:
         full.append(f"lanes held to {lowered.longest} transfers for {spec.MAX_STEPS} steps")
     said = "at MSCCL's limits: " + ", ".join(full) if full else "within MSCCL's limits"
