@@ -10,10 +10,10 @@
    cannot copy) counts that, and so does this file's own socket count, printed beside
    as a check; the trees' own packing rate and pipeline drain are printed too.
 2. The same node from the zoo (``dgx-h100``) and from the import: every strategy's
-   simulated single-node allgather and allreduce time, import / zoo, the share of the
-   import's bytes that crossed PCIe (host paths the zoo's NVSwitch servers leave out) and
-   the host-memory traffic on the busier socket (bytes over its memory links per second),
-   beside the socket's DRAM peak.
+   simulated single-node allgather and allreduce time, import / zoo (the zoo's node is
+   built as the import reads Azure's file, host paths included), the share of the
+   import's bytes that crossed PCIe and the host-memory traffic on the busier socket
+   (bytes over its memory links per second), beside the socket's DRAM peak.
 3. An H100 VM dump whose virtual bridges report x1 at 2.5 GT/s
    (tests/fixtures/nccl_topo_h100_vm.xml): warnings, one per bridge, and the host path's
    bandwidth as modelled and as the file says it (``--keep-link-speeds``).

@@ -183,11 +183,11 @@ def test_arc_disjoint_broadcast_trees_stagger_one_lane_each():
     assert 1.0 <= ratio <= 1.03, ratio
 
 
-@pytest.mark.parametrize("machine, most", [("dgx-h100", 1.015), ("dgx-a100:4", 1.03)])
+@pytest.mark.parametrize("machine, most", [("dgx-a100", 1.015), ("dgx-a100:4", 1.03)])
 def test_staggered_reduce_scatter_ships_where_it_simulates_faster(machine, most):
-    """The same lockstep idles a reduce-scatter's root port (dgx-h100 1 GB at 1.035 of the
-    bound plain, dgx-a100:4 1.060); staggered lanes ship where the simulation confirms
-    them (1.011, 1.025); elsewhere the plain lanes ship."""
+    """The same lockstep idles a reduce-scatter's root port (dgx-a100:4 1 GB at 1.060 of
+    the bound plain); staggered lanes ship where the simulation confirms them (dgx-a100
+    1.014, dgx-a100:4 1.025); elsewhere the plain lanes ship."""
     topology = zoo.get(machine)
     schedule = synthesize(topology, Kind.REDUCESCATTER, "trees", size=2**30)
     verify(schedule, topology)

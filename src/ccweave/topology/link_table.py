@@ -44,7 +44,7 @@ NCCL_PCIE_X16_GBPS = {3: 12.0, 4: 24.0, 5: 48.0}
 CPU_LINK_GBPS = {
     "intel-bdw": 19.2,  # QPI 9.6 GT/s (Broadwell and older)
     "intel-skl": 20.8,  # UPI 10.4 GT/s (Skylake / Cascade Lake; reference: Cedar's UPI)
-    "intel-srp": 32.0,  # UPI 2.0 16 GT/s (Sapphire Rapids)
+    "intel-srp": zoo.UPI2_GBPS,  # UPI 2.0 16 GT/s (Sapphire Rapids)
     "intel-erp": 40.0,  # UPI 2.0 20 GT/s (Emerald Rapids and newer)
     "amd": 32.0,  # one xGMI x16 link at 16 GT/s
     "power": 32.0,  # POWER9 X-Bus (reference: Mist)

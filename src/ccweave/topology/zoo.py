@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ccweave import limits
 from ccweave.errors import LimitError, TopologyError
+from ccweave.topology import host_memory
 from ccweave.topology.cost import CostModel
 from ccweave.topology.model import Link, NodeKind, Topology
 from ccweave.units import GB_PER_S, US, shown
@@ -29,6 +30,7 @@ PCIE3_GBPS = 16.0  # PCIe 3.0 x16, as Cedar's figure
 PCIE4_GBPS = 32.0  # PCIe 4.0 x16 (DGX A100 GPU <-> NIC)
 PCIE5_GBPS = 64.0  # PCIe 5.0 x16 (DGX H100 GPU <-> NIC)
 PCIE_ALPHA_US = 0.5
+UPI2_GBPS = 32.0  # one UPI 2.0 link at 16 GT/s (Sapphire Rapids)
 CPU_LINK_ALPHA_US = 0.5
 NIC_ALPHA_US = 0.8  # NIC <-> switch; GPU-NIC-net-NIC-GPU totals 2.6 us, TACCL's IB alpha
 STAGING_US = 10.0
@@ -158,9 +160,26 @@ def _dgx_a100_4nic() -> _Parts:
 
 
 def _dgx_h100() -> _Parts:
-    return _switched(8, 450.0, 0.7, 50.0, 1, PCIE5_GBPS,
-                     "DGX H100: NVSwitch, 18 NVLink4 = 450 GB/s per GPU; 8 x 400 Gb/s NICs "
-                     "(50 GB/s), one per GPU over PCIe5")
+    """DGX H100 / HGX H100: NVSwitch; each GPU and its NIC behind one PCIe5 switch, four
+    such switches per Sapphire Rapids socket, whose memory and UPI carry host paths."""
+    links: list[Link] = []
+    fabric = {"nvswitch": NodeKind.SWITCH, "cpu0": NodeKind.CPU, "cpu1": NodeKind.CPU}
+    nics = [f"nic{gpu}" for gpu in range(8)]
+    for gpu, nic in enumerate(nics):
+        _duplex(links, gpu, "nvswitch", 450.0, NVLINK_ALPHA_US, "nvlink")
+        switch = f"pcie{gpu}"
+        fabric[switch], fabric[nic] = NodeKind.PCIE, NodeKind.NIC
+        for end in (gpu, nic, f"cpu{gpu // 4}"):
+            _duplex(links, switch, end, PCIE5_GBPS, PCIE_ALPHA_US, "pcie")
+    _duplex(links, "cpu0", "cpu1", UPI2_GBPS, CPU_LINK_ALPHA_US, "upi")
+    links, fabric, memory = host_memory.through_memory(
+        links, fabric, {"cpu0": "intel-srp", "cpu1": "intel-srp"})
+    return _Parts(8, links, fabric, [[0, 1, 2, 3], [4, 5, 6, 7]], nics, 50.0,
+                  "DGX H100: NVSwitch, 18 NVLink4 = 450 GB/s per GPU; 8 x 400 Gb/s NICs "
+                  "(50 GB/s); each GPU and its NIC on one PCIe5 switch (64 GB/s), four per "
+                  "socket of two Xeon Platinum 8480C (NVIDIA DGX H100 User Guide; the PCI "
+                  "tree Azure ships for ND H100 v5, Azure/msccl-executor-nccl "
+                  f"src/test/ndv5/topo.xml); UPI 32 GB/s; {memory}")
 
 
 def _mist() -> _Parts:
