@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -21,7 +22,12 @@ from ccweave.synth.taccl.contiguity import (
     singletons,
 )
 from ccweave.synth.taccl.demand import Demand
-from ccweave.synth.taccl.lowering import lower, shared_ports
+from ccweave.synth.taccl.lowering import (
+    RELAY_CHANNELS,
+    lower,
+    relays_share_ports,
+    shared_ports,
+)
 from ccweave.synth.taccl.ordering import Heuristic, order, sends_of
 from ccweave.synth.taccl.routing import RoutingMethod, route
 from ccweave.synth.taccl.routing_paths import PathFinder
@@ -320,6 +326,41 @@ def test_shared_ports_are_a_ranks_way_to_its_nic():
     assert shared_ports(lg, "none") == {}
     counts = Counter(len(v) for v in shared_ports(lg, "all").values())
     assert counts
+
+
+def test_relay_first_puts_a_relays_copy_ahead_of_the_copies_kept():
+    s = sketch.from_dict({"intranode": {"strategy": "switch", "hyperedge": "uc-min"},
+                          "input_chunkup": 2}, "sw.json")
+    topology = zoo.get("switch:4")
+    lg = logical.apply(topology, s)
+    demand = Demand(Collective(Kind.ALLGATHER, 4, 2), lg.symmetry)
+    star = routed(lg, demand, 2**18, RoutingMethod.TREES)
+    assert not relays_share_ports(lg, order(lg, star, 2**18))  # no relay: nothing to do
+    source = demand.chunks[0].source
+    a, b, c = (r for r in range(4) if r != source)
+    edge = {(e.src, e.dst): k for k, e in enumerate(lg.edges)}
+    relayed = ((edge[(source, a)], -1), (edge[(source, b)], -1), (edge[(a, c)], 0))
+    routing = replace(star, hops=(relayed, *star.hops[1:]))  # chunk 0 reaches c through a
+    ordering = order(lg, routing, 2**18)
+    groups = singletons(ordering)
+    assert relays_share_ports(lg, ordering)
+    plain = lower(demand, lg, ordering, groups, "t", {})
+    first = lower(demand, lg, ordering, groups, "t", {}, relay_first=True)
+    verify(first.schedule, topology)
+    assert all(t.channel < RELAY_CHANNELS for t in plain.schedule.transfers)
+    forwarded = {send.parent for send in ordering.sends if send.parent >= 0}
+    copies: dict[tuple, tuple[list[int], list[int]]] = {}
+    for number, group in enumerate(groups.groups):
+        (i,) = group
+        edge = lg.edges[ordering.sends[i].edge]
+        index = first.carrier[number]
+        assert (first.schedule.transfers[index].channel >= RELAY_CHANNELS) == (i in forwarded)
+        key = (edge.src, edge.route[0], ordering.sends[i].chunk)
+        copies.setdefault(key, ([], []))[0 if i in forwarded else 1].append(index)
+    waits = [(leaf, relay) for relays, leaves in copies.values() for leaf in leaves
+             for relay in relays]
+    assert waits
+    assert all(relay in first.schedule.transfers[leaf].deps for leaf, relay in waits)
 
 
 def test_singletons_keep_stage_two():

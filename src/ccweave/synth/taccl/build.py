@@ -42,6 +42,7 @@ from ccweave.synth.taccl.lowering import (
     ChannelPolicy,
     Lowered,
     lower,
+    relays_share_ports,
     serialize_local_steps,
     shared_across_ranks,
     shared_ports,
@@ -91,6 +92,11 @@ ORDER_PRUNE = 1.1
 """An ordering whose model makespan is over this multiple of the best ordering of the same
 routes is not lowered (it is listed with its makespan): lowering costs far more than
 ordering, and such orders do not win."""
+REVERSE_BASES = 3
+"""Most allgather lowerings a reduce-scatter is reversed from (the kept one and the
+fastest without relays first within :data:`ORDER_PRUNE` of it): reversed, a relay's
+copies waiting for each other are reductions waiting for each other, and on two DGX-2
+the fastest allgather, whose relays go first, reverses 18% slower (findings.md)."""
 REPLAY_ROUNDS = 3
 """Times queues are re-served in simulated arrival order (see ``_replayed``)."""
 REPLAY_GAIN = 1e-3
@@ -344,7 +350,11 @@ def _read_profile(options: TacclOptions) -> TacclOptions:
 
 @dataclass(frozen=True)
 class Direct:
-    """An allgather or alltoall through the stages, with what reversal needs."""
+    """An allgather or alltoall through the stages, with what reversal needs:
+    ``alternatives`` are the fastest lowerings without relays first (schedule, routing,
+    heuristic) other than the kept one, at most :data:`REVERSE_BASES` - 1 of them within
+    :data:`ORDER_PRUNE` of it, as the fastest allgather need not reverse into the
+    fastest reduce-scatter."""
 
     schedule: Schedule
     report: StageReport
@@ -352,6 +362,7 @@ class Direct:
     routing: Routing
     chunk_bytes: float
     time_s: float
+    alternatives: tuple[tuple[Schedule, Routing, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -361,6 +372,8 @@ class _Lowering:
     groups: Contiguity
     schedule: Schedule
     time_s: float
+    plain: Schedule  # the fastest lowering without relays first (``schedule`` if it is)
+    plain_s: float
 
 
 def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: int,
@@ -451,15 +464,15 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
                                 progress=progress)
         else:
             groups = singletons(ordering, "contiguity off: stage-2 times")
-        schedule, seconds = _lowered(topology, demand, logical, ordering, groups, name,
-                                     metadata, options)
+        (schedule, seconds), plain = _lowered(topology, demand, logical, ordering, groups,
+                                              name, metadata, options)
         tried_orders.setdefault(routing.method, {})[heuristic.value] = seconds * 1e6
         if progress:
             progress(Progress("ordering", f"{routing.method} routes, heuristic "
                                           f"{heuristic.value}: {groups.merges} merges "
                                           f"({groups.note}); {seconds * 1e6:.1f} us "
                                           "simulated"))
-        lowerings.append(_Lowering(routing, ordering, groups, schedule, seconds))
+        lowerings.append(_Lowering(routing, ordering, groups, schedule, seconds, *plain))
         slowest = max(slowest, time.perf_counter() - began)
     kept = min(lowerings, key=lambda lowered: lowered.time_s)
     lowered_us: dict[int, float] = {}
@@ -484,7 +497,13 @@ def synthesize_direct(topology: Topology, kind: Kind, sketch: Sketch, chunks: in
          "makespan_us": kept.groups.makespan_s * 1e6, "note": kept.groups.note},
         time.perf_counter() - started, routing_facts)
     schedule = kept.schedule.with_name(name, taccl=report.to_dict())
-    return Direct(schedule, report, logical, kept.routing, chunk_bytes, kept.time_s)
+    runners_up = sorted((low for low in lowerings if low.plain is not kept.schedule
+                         and low.plain_s <= kept.time_s * ORDER_PRUNE),
+                        key=lambda low: low.plain_s)
+    alternatives = tuple((low.plain, low.routing, low.ordering.heuristic.value)
+                         for low in runners_up[:REVERSE_BASES - 1])
+    return Direct(schedule, report, logical, kept.routing, chunk_bytes, kept.time_s,
+                  alternatives)
 
 
 def _joint_routing(logical: LogicalTopology, demand: Demand, chunk_bytes: float,
@@ -536,12 +555,13 @@ def _ordering_score(logical: LogicalTopology, chunk_bytes: float
 
 ORDER_PREFERENCE = (Heuristic.EARLIEST_START, Heuristic.OWN_NODE_FIRST, Heuristic.BACKWARD,
                     Heuristic.SOLVER_TIMES, Heuristic.LONGEST_REMAINING,
-                    Heuristic.LONGEST_SOURCES_FIRST, Heuristic.LONGEST_OWN_NODE)
+                    Heuristic.LONGEST_SOURCES_FIRST, Heuristic.LONGEST_OWN_NODE,
+                    Heuristic.INSERTION)
 """The order ``ordering=best`` tries heuristics in (the time limit may cut the last):
 those that won most often in benchmarks/taccl.py first. ``longest-remaining-insertion``
-is asked for by name only: its tighter model orders lower no faster on any shipped sketch
-(sk1-dgx2-n2: 535.0 us ordered, 571.7 exported, against own-node-first's 550.7), so in
-``best`` it would only add a lowering to every synthesis."""
+comes last: its tighter model pays where relays go first (the ``relay_first`` lowering;
+sk1-dgx2-n2: 513.1 us exported against own-node-first's 550.7), and an order over
+:data:`ORDER_PRUNE` of the best model is not lowered."""
 
 
 def _heuristics(routing: Routing, options: TacclOptions) -> tuple[Heuristic, ...]:
@@ -556,30 +576,40 @@ def _heuristics(routing: Routing, options: TacclOptions) -> tuple[Heuristic, ...
 
 def _lowered(topology: Topology, demand: Demand, logical: LogicalTopology,
              ordering: Ordering, groups: Contiguity, name: str, metadata: dict[str, object],
-             options: TacclOptions) -> tuple[Schedule, float]:
+             options: TacclOptions) -> tuple[tuple[Schedule, float], tuple[Schedule, float]]:
     """The fastest lowering of ``groups`` over the port orders, paced or not (where links
-    are shared across ranks), replayed, with each rank's local steps in threadblock
-    order; and its simulated time."""
+    are shared across ranks), relays first or not (where a rank sends a chunk through one
+    port to a relay and to a receiver that keeps it), replayed, with each rank's local
+    steps in threadblock order, and its simulated time; then the same for the fastest
+    without relays first (the same pair where that is the fastest)."""
     from ccweave.simulate import simulate
 
     best: tuple[float, Schedule] | None = None
+    plain: tuple[float, Schedule] | None = None
     paces = (False, True) if shared_across_ranks(logical, ordering) else (False,)
+    relays = (False, True) if relays_share_ports(logical, ordering) else (False,)
     ports = {}  # port orders that queue the same sends are the same lowering
     for port_order in PORT_ORDERS:
         ports.setdefault(tuple(sorted(shared_ports(logical, port_order).items())), port_order)
-    for port_order, pace in itertools.product(ports.values(), paces):
+    for port_order, pace, relay in itertools.product(ports.values(), paces, relays):
         schedule, seconds = _replayed(
             topology, options.size, ordering, groups,
-            lambda priority, port_order=port_order, pace=pace: lower(
+            lambda priority, port_order=port_order, pace=pace, relay=relay: lower(
                 demand, logical, ordering, groups, name,
-                {**metadata, "port_order": port_order, "paced": pace},
+                {**metadata, "port_order": port_order, "paced": pace, "relay_first": relay},
                 port_order=port_order, priority=priority,
-                channels=ChannelPolicy(options.channels), pace=pace))
+                channels=ChannelPolicy(options.channels), pace=pace, relay_first=relay))
+        found = (seconds, schedule)
         if best is None or seconds < best[0] * (1 - REPLAY_GAIN):
-            best = (seconds, schedule)
-    assert best is not None
-    schedule = serialize_local_steps(best[1], topology, options.size)
-    return schedule, simulate(schedule, topology, options.size).time_s
+            best = found
+        if not relay and (plain is None or seconds < plain[0] * (1 - REPLAY_GAIN)):
+            plain = found
+    assert best is not None and plain is not None
+    done = []
+    for _, found in (best, plain):
+        schedule = serialize_local_steps(found, topology, options.size)
+        done.append((schedule, simulate(schedule, topology, options.size).time_s))
+    return (done[0], done[0] if plain is best else done[1])
 
 
 def _replayed(topology: Topology, size: float, ordering: Ordering, groups: Contiguity,
@@ -762,17 +792,21 @@ def _one_as_written(topology: Topology, kind: Kind, sketch: Sketch, chunks: int,
 
 def _reduce_scatters(allgather: Direct, topology: Topology, options: TacclOptions
                      ) -> list[tuple[str, Schedule]]:
-    """The reduce-scatters reversing ``allgather``: each connection order of
-    ``reduce_order``, each with fan-in through local reductions and on arrival."""
+    """The reduce-scatters reversing ``allgather`` and its alternatives: each connection
+    order of ``reduce_order``, each with fan-in through local reductions and on arrival."""
     built = []
-    for how in options.reduce_orders():
-        priority = None if how is ReduceOrder.REVERSED_TIMES else reverse_order(
-            allgather.schedule, allgather.logical, allgather.routing, allgather.chunk_bytes,
-            branch=how is ReduceOrder.REVERSE_BRANCH)
-        for unfuse in (True, False):
-            label = f"{how.value}, fan-in {'local-reduce' if unfuse else 'on-arrival'}"
-            built.append((label, reduce_scatter_from(allgather.schedule, topology,
-                                                     options.size, priority, unfuse)))
+    bases = [(allgather.schedule, allgather.routing, ""),
+             *((s, r, f", from {h}") for s, r, h in allgather.alternatives)]
+    for schedule, routing, source in bases:
+        for how in options.reduce_orders():
+            priority = None if how is ReduceOrder.REVERSED_TIMES else reverse_order(
+                schedule, allgather.logical, routing, allgather.chunk_bytes,
+                branch=how is ReduceOrder.REVERSE_BRANCH)
+            for unfuse in (True, False):
+                label = (f"{how.value}, fan-in {'local-reduce' if unfuse else 'on-arrival'}"
+                         + source)
+                built.append((label, reduce_scatter_from(schedule, topology, options.size,
+                                                         priority, unfuse)))
     return built
 
 

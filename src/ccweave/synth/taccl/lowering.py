@@ -13,6 +13,10 @@ once (the simulator shares a link fairly between everything on it). Sends of sev
 ranks through one link (a NIC all GPUs of an NDv2 share) cannot wait for each other in
 MSCCL, whose dependencies stay on one GPU; *pacing* keeps the model's order there by
 making each such send wait for what its rank received just before it, by the model.
+A relay's copy of a chunk may also go first (*relay first*): its copies to receivers
+that keep the chunk wait for its copies to receivers that pass it on, which MSCCL XML
+carries (the wait is on the same GPU), so the next relay's fan-out starts when the
+model says rather than when the whole fan-out through the shared port has ended.
 
 Channels (:class:`ChannelPolicy`) decide what MSCCL's export may fuse: with the default,
 a chunk's consecutive hops run on channels 0 and 1 in turn, so no receive is fused with
@@ -81,7 +85,8 @@ class Lowered:
 def lower(demand: Demand, logical: LogicalTopology, ordering: Ordering,
           contiguity: Contiguity, name: str, metadata: Mapping[str, object],
           port_order: str = "internode", priority: Sequence[float] | None = None,
-          channels: ChannelPolicy = ChannelPolicy.ALTERNATE, pace: bool = False) -> Lowered:
+          channels: ChannelPolicy = ChannelPolicy.ALTERNATE, pace: bool = False,
+          relay_first: bool = False) -> Lowered:
     """The schedule that carries out ``contiguity``'s groups; see the module docstring.
 
     ``port_order``: which sends through a rank's shared port also go one after another
@@ -89,7 +94,8 @@ def lower(demand: Demand, logical: LogicalTopology, ordering: Ordering,
     stage 3's start times); queues serve groups in this order. ``channels``: see
     :class:`ChannelPolicy`. ``pace``: a transfer whose route crosses a link that other
     ranks' transfers also cross waits for the last transfer into its rank that lands, by
-    the model's times, before it starts (see :func:`_pacer`).
+    the model's times, before it starts (see :func:`_pacer`). ``relay_first``: see
+    :func:`relayed_first`.
     """
     coll = demand.collective
     builder = ScheduleBuilder(coll)
@@ -105,6 +111,10 @@ def lower(demand: Demand, logical: LogicalTopology, ordering: Ordering,
     ports = shared_ports(logical, port_order)
     sends = ordering.sends
     depth = [0] * len(sends)
+    forwards = [False] * len(sends)  # whether the send's receiver passes its chunk on
+    for send in sends:
+        if send.parent >= 0:
+            forwards[send.parent] = True
     for i, send in enumerate(sends):  # parents come first
         depth[i] = 0 if send.parent < 0 else depth[send.parent] + 1
     carrier = [0] * len(contiguity.groups)
@@ -130,8 +140,10 @@ def lower(demand: Demand, logical: LogicalTopology, ordering: Ordering,
             dst, unpack = (Buffer.SCRATCH, scratch[v]), True
             scratch[v] += count
         channel = depth[group[0]] % 2 if channels is ChannelPolicy.ALTERNATE else 0
+        relays = relay_first and any(forwards[i] for i in group)
+        channel += RELAY_CHANNELS if relays else 0
         src = _gathered(builder, u, [where[(ch, u)] for ch in chunks], scratch, channel)
-        queues = [("edge", sends[group[0]].edge),
+        queues = [("edge", sends[group[0]].edge, relays),
                   *(("port", u, link) for link in ports.get(sends[group[0]].edge, ()))]
         after = [last_on[q] for q in queues if q in last_on]
         model_start = contiguity.start_s[number]
@@ -150,7 +162,50 @@ def lower(demand: Demand, logical: LogicalTopology, ordering: Ordering,
             where[(ch, v)] = slot
             if unpack and target is not None:
                 builder.copy(v, v, slot, (Buffer.OUTPUT, target), channel=channel)
-    return Lowered(builder.build(name, **metadata), tuple(carrier))
+    schedule = builder.build(name, **metadata)
+    if relay_first:
+        schedule = relayed_first(schedule, logical, ordering, contiguity, carrier, forwards)
+    return Lowered(schedule, tuple(carrier))
+
+
+RELAY_CHANNELS = 2
+"""With ``relay_first``, a transfer whose receiver forwards its chunks goes this many
+channels above the others: its own connection, so it queues behind no copy that ends
+there."""
+
+
+def relayed_first(schedule: Schedule, logical: LogicalTopology, ordering: Ordering,
+                  contiguity: Contiguity, carrier: Sequence[int],
+                  forwards: Sequence[bool]) -> Schedule:
+    """Each copy of a chunk that a rank sends through a port and whose receiver keeps it
+    waits for the rank's copies of that chunk through the same port whose receivers pass
+    it on. The model streams a port's sends one at a time; the machine shares a port
+    fairly, so a relay's fan-out would reach the next relay only with the last of its
+    copies, and that relay's own fan-out would start late. The wait is on the rank's
+    own transfer, which MSCCL XML carries. ``schedule`` itself where the waits would
+    close a cycle."""
+    from ccweave.schedule import topological_order
+
+    sends = ordering.sends
+    copies: dict[tuple[int, int, int], tuple[list[int], list[int]]] = {}
+    for number, group in enumerate(contiguity.groups):
+        edge = logical.edges[sends[group[0]].edge]
+        for i in group:
+            key = (edge.src, edge.route[0], sends[i].chunk)
+            copies.setdefault(key, ([], []))[0 if forwards[i] else 1].append(carrier[number])
+    extra: dict[int, set[int]] = {}
+    for relays, leaves in copies.values():
+        for leaf in leaves if relays else ():
+            extra.setdefault(leaf, set()).update(r for r in relays if r != leaf)
+    if not extra:
+        return schedule
+    transfers = tuple(replace(t, deps=tuple(sorted({*t.deps, *extra[k]}))) if k in extra
+                      else t for k, t in enumerate(schedule.transfers))
+    try:
+        topological_order(transfers)
+    except InputError:
+        return schedule
+    return replace(schedule, transfers=transfers)
 
 
 def _pacer(landed: list[tuple[float, int]], start: float) -> list[int]:
@@ -161,6 +216,18 @@ def _pacer(landed: list[tuple[float, int]], start: float) -> list[int]:
     was built before, so the dependency keeps the schedule acyclic."""
     at = bisect.bisect_right(landed, (start * (1 + 1e-12) + 1e-15, -1))
     return [landed[at - 1][1]] if at else []
+
+
+def relays_share_ports(logical: LogicalTopology, ordering: Ordering) -> bool:
+    """Whether some rank sends a chunk through one port both to a receiver that passes it
+    on and to one that keeps it (where ``relay_first`` changes anything)."""
+    sends = ordering.sends
+    forwards = {s.parent for s in sends if s.parent >= 0}
+    kinds: dict[tuple[int, int, int], set[bool]] = {}
+    for i, s in enumerate(sends):
+        edge = logical.edges[s.edge]
+        kinds.setdefault((edge.src, edge.route[0], s.chunk), set()).add(i in forwards)
+    return any(len(k) == 2 for k in kinds.values())
 
 
 def shared_across_ranks(logical: LogicalTopology, ordering: Ordering) -> set[int]:
