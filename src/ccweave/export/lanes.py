@@ -120,7 +120,9 @@ def deal(schedule: Schedule, order: list[int], reach: Reach, forwards: dict[int,
     ``order``: the transfers in dependency order; ``forwards``: transfer -> the remote
     transfer whose data it sends on (a fusion candidate). ``most`` caps the lanes of a
     connection (MSCCL's channels and threadblocks are few): past it a transfer joins the
-    lane whose last transfer is earliest in dependency order, and waits on it there.
+    lane whose last transfer is earliest in dependency order, of those the one holding
+    fewest transfers (transfers free at once are dealt round the lanes, not piled on the
+    first), and waits on it there.
     ``longest`` caps the transfers of a lane (MSCCL's steps per threadblock): a full lane
     is continued on another. Lanes of one schedule channel become consecutive channels;
     local transfers keep theirs (they need no connection).
@@ -143,7 +145,7 @@ def deal(schedule: Schedule, order: list[int], reach: Reach, forwards: dict[int,
             lane = max(fitting, key=lambda k: reach.level[ends[k][-1]])
         elif most is not None and len(ends) - len(full) >= most:
             lane = min((k for k in ends if k not in full),
-                       key=lambda k: (reach.level[ends[k][-1]], k))
+                       key=lambda k: (reach.level[ends[k][-1]], len(ends[k]), k))
         else:
             lane = next(k for k in range(len(ends) + 1) if k not in ends)
         ends.setdefault(lane, []).append(index)
