@@ -64,6 +64,18 @@ def test_the_rank_waited_on_whose_progress_froze_first_is_named():
     assert progress.diagnose({}, ranks=4) is None  # not a ccweave job
 
 
+def test_a_stopped_rank_is_named_though_a_peer_waiting_on_it_has_the_older_record():
+    """Rank 3 waited on rank 2 since before rank 2 was stopped (seen in ci-local: rank 2
+    moved on another op, then the SIGSTOP came), so rank 3's record is older; the stopped
+    rank is the one that holds the others up."""
+    now = 1000.0
+    records = {0: snapshot(0, now - 3, peer=3), 1: snapshot(1, now - 3, peer=0),
+               2: snapshot(2, now - 4, peer=1), 3: snapshot(3, now - 5, peer=2)}
+    assert progress.diagnose(records, now=now).startswith("rank 3 made no progress")
+    assert progress.diagnose(records, stopped={2}, now=now).startswith(
+        "rank 2 (stopped: SIGSTOP or a debugger) made no progress for 4 s")
+
+
 @given(st.lists(st.floats(0, 100), min_size=1, max_size=8), st.data())
 def test_the_named_rank_is_one_not_done_and_others_wait_on_it_where_any_does(ages, data):
     records = {rank: snapshot(rank, 1000 - age,

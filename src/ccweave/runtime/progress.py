@@ -20,7 +20,7 @@ import os
 import stat
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -237,15 +237,20 @@ def stalled_for(records: dict[int, Snapshot], now: float | None = None) -> float
     return max(0.0, now - max(live)) if live else 0.0
 
 
-def culprit(records: dict[int, Snapshot]) -> Snapshot | None:
-    """The rank that most likely holds the others up: among those not done, the one that
-    made progress last the longest ago (a stopped rank's record freezes first; its peers
-    go on until they need it), preferring one that others wait on."""
+def culprit(records: dict[int, Snapshot], stopped: Collection[int] = frozenset()
+            ) -> Snapshot | None:
+    """The rank that most likely holds the others up: among those not done, one known to
+    be stopped (``stopped``: SIGSTOP, a debugger; it cannot move again by itself), else
+    the one that made progress last the longest ago (a stopped rank's record freezes
+    first; its peers go on until they need it), preferring one that others wait on. A
+    peer that waited on the stopped rank since before the stop has the older record, so
+    age alone would name it."""
     live = [record for record in records.values() if record.phase is not Phase.DONE]
     if not live:
         return None
     waited_on = {record.peer for record in live if record.phase is Phase.RUN}
-    return min(live, key=lambda record: (record.rank not in waited_on and len(live) > 1,
+    return min(live, key=lambda record: (record.rank not in stopped,
+                                         record.rank not in waited_on and len(live) > 1,
                                          record.updated))
 
 
@@ -266,7 +271,7 @@ def diagnose(records: dict[int, Snapshot], stopped: set[int] = frozenset(),
         names = ", ".join(f"{rank}{state(rank)}" for rank in missing)
         return (f"rank(s) {names} never got as far as the job's setup (no progress record); "
                 "the others waited on them")
-    suspect = culprit(records)
+    suspect = culprit(records, stopped)
     if suspect is None:
         return None
     waiting = sorted(record.rank for record in records.values()
