@@ -10,7 +10,7 @@ import pytest
 
 from ccweave.collectives import Buffer, Collective, Kind
 from ccweave.errors import InputError
-from ccweave.export import check_xml, export_plan, from_xml, passes, to_xml
+from ccweave.export import check_xml, export_plan, from_xml, passes, threadblocks, to_xml
 from ccweave.export.dependencies import infer
 from ccweave.export.fusion import forwards, fuse
 from ccweave.export.lanes import Reach, deal
@@ -329,3 +329,18 @@ def test_transfers_past_a_connections_lanes_are_dealt_round_them():
     dealt = deal(sched, *_dealing(sched), 3)
     per_lane = Counter((t.src, t.channel) for t in dealt.schedule.transfers if not t.is_local)
     assert sorted(per_lane.values()) == [4] * 6
+
+
+def test_local_steps_past_the_room_are_dealt_round_the_threadblocks():
+    """12 local copies that may all run at once, room for 3 local threadblocks: each takes
+    4 (one after another), not 10 piled on the first behind 1 each on the others."""
+    builder = ScheduleBuilder(Collective(Kind.ALLGATHER, 1, 12))
+    for i in range(12):
+        builder.copy(0, 0, (I, i), (O, i))
+    program = lower(builder.build("local"))
+    order = transfer_order(program.schedule.transfers)
+    local = [i for i in program.live() if program.instrs[i].send_peer < 0
+             and program.instrs[i].recv_peer < 0]
+    blocks = threadblocks._local_blocks(program, local, Reach(program.schedule.transfers,
+                                                                order), 3)
+    assert sorted(len(tb.instrs) for tb in blocks) == [4, 4, 4]

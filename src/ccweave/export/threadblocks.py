@@ -315,7 +315,8 @@ def _local_blocks(program: Program, local: list[int], reach: Reach,
     """Local copies and reductions (in step order) on threadblocks of their own: each
     joins one whose last step it waits on in the schedule (the latest such), so local
     steps the schedule runs at once run at once; past ``room`` threadblocks, it joins the
-    one whose last step is earliest in dependency order."""
+    one whose last step is earliest in dependency order, of those the one holding fewest
+    steps (steps free at once are dealt round the threadblocks, not piled on the first)."""
     chains: list[list[int]] = []
     last: list[int] = []  # the transfer each chain's last step carries last
     level = reach.level
@@ -325,7 +326,7 @@ def _local_blocks(program: Program, local: list[int], reach: Reach,
         if fitting:
             k = max(fitting, key=lambda k: level[last[k]])
         elif len(chains) >= room:
-            k = min(range(len(chains)), key=lambda k: level[last[k]])
+            k = min(range(len(chains)), key=lambda k: (level[last[k]], len(chains[k]), k))
         else:
             k = len(chains)
             chains.append([])
