@@ -605,11 +605,13 @@ def _lowered(topology: Topology, demand: Demand, logical: LogicalTopology,
         if not relay and (plain is None or seconds < plain[0] * (1 - REPLAY_GAIN)):
             plain = found
     assert best is not None and plain is not None
-    done = []
-    for _, found in (best, plain):
+
+    def finished(found: Schedule) -> tuple[Schedule, float]:
         schedule = serialize_local_steps(found, topology, options.size)
-        done.append((schedule, simulate(schedule, topology, options.size).time_s))
-    return (done[0], done[0] if plain is best else done[1])
+        return schedule, simulate(schedule, topology, options.size).time_s
+
+    kept = finished(best[1])
+    return kept, (kept if plain is best else finished(plain[1]))
 
 
 def _replayed(topology: Topology, size: float, ordering: Ordering, groups: Contiguity,

@@ -38,7 +38,7 @@ from ccweave.schedule import Schedule, ScheduleBuilder
 from ccweave.synth.taccl.contiguity import Contiguity
 from ccweave.synth.taccl.demand import Demand
 from ccweave.synth.taccl.logical import LogicalTopology
-from ccweave.synth.taccl.ordering import Ordering
+from ccweave.synth.taccl.ordering import Ordering, Send
 from ccweave.topology.model import Topology
 
 Slot = tuple[Buffer, int]
@@ -111,10 +111,7 @@ def lower(demand: Demand, logical: LogicalTopology, ordering: Ordering,
     ports = shared_ports(logical, port_order)
     sends = ordering.sends
     depth = [0] * len(sends)
-    forwards = [False] * len(sends)  # whether the send's receiver passes its chunk on
-    for send in sends:
-        if send.parent >= 0:
-            forwards[send.parent] = True
+    forwards = forwarding(sends)
     for i, send in enumerate(sends):  # parents come first
         depth[i] = 0 if send.parent < 0 else depth[send.parent] + 1
     carrier = [0] * len(contiguity.groups)
@@ -189,9 +186,8 @@ def relayed_first(schedule: Schedule, logical: LogicalTopology, ordering: Orderi
     sends = ordering.sends
     copies: dict[tuple[int, int, int], tuple[list[int], list[int]]] = {}
     for number, group in enumerate(contiguity.groups):
-        edge = logical.edges[sends[group[0]].edge]
         for i in group:
-            key = (edge.src, edge.route[0], sends[i].chunk)
+            key = _port_chunk(logical, sends[i])
             copies.setdefault(key, ([], []))[0 if forwards[i] else 1].append(carrier[number])
     extra: dict[int, set[int]] = {}
     for relays, leaves in copies.values():
@@ -221,13 +217,26 @@ def _pacer(landed: list[tuple[float, int]], start: float) -> list[int]:
 def relays_share_ports(logical: LogicalTopology, ordering: Ordering) -> bool:
     """Whether some rank sends a chunk through one port both to a receiver that passes it
     on and to one that keeps it (where ``relay_first`` changes anything)."""
-    sends = ordering.sends
-    forwards = {s.parent for s in sends if s.parent >= 0}
+    forwards = forwarding(ordering.sends)
     kinds: dict[tuple[int, int, int], set[bool]] = {}
-    for i, s in enumerate(sends):
-        edge = logical.edges[s.edge]
-        kinds.setdefault((edge.src, edge.route[0], s.chunk), set()).add(i in forwards)
+    for i, send in enumerate(ordering.sends):
+        kinds.setdefault(_port_chunk(logical, send), set()).add(forwards[i])
     return any(len(k) == 2 for k in kinds.values())
+
+
+def forwarding(sends: Sequence[Send]) -> list[bool]:
+    """Per send, whether its receiver passes the chunk on (some send has it as parent)."""
+    forwards = [False] * len(sends)
+    for send in sends:
+        if send.parent >= 0:
+            forwards[send.parent] = True
+    return forwards
+
+
+def _port_chunk(logical: LogicalTopology, send: Send) -> tuple[int, int, int]:
+    """The sending rank, the first hop of its route (the port) and the chunk."""
+    edge = logical.edges[send.edge]
+    return edge.src, edge.route[0], send.chunk
 
 
 def shared_across_ranks(logical: LogicalTopology, ordering: Ordering) -> set[int]:
